@@ -1,0 +1,1 @@
+"""Sandbox providers shipped with the SDK, importable as ``sandbox_sdk.providers.<name>``."""

@@ -1,0 +1,192 @@
+"""The client half of the in-sandbox script protocol.
+
+An operation is one shell command::
+
+    python3 -I -S -c '<bootstrap that decompresses the script>' <<'SBX_<random>'
+    <base64 JSON arguments>
+    <base64 blob>...
+    SBX_<random>
+
+Nothing the caller passes is ever part of the command text: arguments, paths
+and contents travel only inside the base64 payload, whose alphabet cannot
+contain the heredoc delimiter. The script answers with one framed line and an
+exit code from :class:`ExitCode`; :func:`parse_result` turns that into a value
+or into the one typed exception that code maps to. docs/protocol.md has the
+full description.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import secrets
+import zlib
+from enum import IntEnum
+from functools import cache
+from importlib import resources
+from collections.abc import Sequence
+from typing import Any
+
+from sandbox_sdk import errors
+from sandbox_sdk.models import ExecuteResponse
+
+FRAME_MARKER = "@@SANDBOX_SDK"
+RUNTIME_IMPORT = "from sandbox_sdk.remote._runtime import "
+PYTHON = "python3 -I -S"
+
+
+class ExitCode(IntEnum):
+    """Exit codes of the in-sandbox scripts (mirrors ``remote/_runtime.EXIT``)."""
+
+    OK = 0
+    INVALID_ARGUMENT = 80
+    NOT_FOUND = 81
+    IS_DIRECTORY = 82
+    NOT_DIRECTORY = 83
+    PERMISSION_DENIED = 84
+    ALREADY_EXISTS = 85
+    INVALID_PATH = 86
+    NOT_TEXT = 87
+    EDIT_NO_MATCH = 88
+    EDIT_AMBIGUOUS = 89
+    OUTPUT_LIMIT = 90
+    INTEGRITY = 91
+    NOT_EMPTY = 92
+    OS_ERROR = 93
+    INTERNAL = 99
+
+
+ERROR_TYPES: dict[ExitCode, type[errors.SandboxError]] = {
+    ExitCode.INVALID_ARGUMENT: errors.InvalidArgumentError,
+    ExitCode.NOT_FOUND: errors.SandboxFileNotFoundError,
+    ExitCode.IS_DIRECTORY: errors.SandboxIsADirectoryError,
+    ExitCode.NOT_DIRECTORY: errors.SandboxNotADirectoryError,
+    ExitCode.PERMISSION_DENIED: errors.SandboxPermissionError,
+    ExitCode.ALREADY_EXISTS: errors.SandboxFileExistsError,
+    ExitCode.INVALID_PATH: errors.InvalidPathError,
+    ExitCode.NOT_TEXT: errors.NotTextFileError,
+    ExitCode.EDIT_NO_MATCH: errors.EditNoMatchError,
+    ExitCode.EDIT_AMBIGUOUS: errors.EditAmbiguousError,
+    ExitCode.OUTPUT_LIMIT: errors.OutputLimitExceededError,
+    ExitCode.INTEGRITY: errors.IntegrityError,
+    ExitCode.NOT_EMPTY: errors.DirectoryNotEmptyError,
+    ExitCode.OS_ERROR: errors.SandboxError,
+    ExitCode.INTERNAL: errors.SandboxRuntimeError,
+}
+
+
+def encode_path(path: str | bytes | os.PathLike[str]) -> str:
+    """A path for the payload: its raw bytes (``os.fsencode``), base64."""
+    return base64.b64encode(os.fsencode(path)).decode("ascii")
+
+
+def decode_path(text: str) -> str:
+    """A path from a result, as ``os.fsdecode`` would give it."""
+    return os.fsdecode(base64.b64decode(text))
+
+
+@cache
+def script(module: str) -> str:
+    """The bootstrap for ``sandbox_sdk/remote/<module>.py``, ready for ``-c``.
+
+    The shipped program is the shared runtime followed by the module (its
+    import of the runtime removed) and a call of ``main(OPS)``."""
+    package = resources.files("sandbox_sdk.remote")
+    runtime = package.joinpath("_runtime.py").read_text("utf-8")
+    body = package.joinpath(f"{module}.py").read_text("utf-8")
+    lines = body.splitlines()
+    kept = [line for line in lines if not line.startswith(RUNTIME_IMPORT)]
+    if len(lines) - len(kept) != 1:
+        raise RuntimeError(f"remote/{module}.py must import the runtime on exactly one line")
+    source = "\n".join([runtime, *kept, "main(OPS)", ""])
+    packed = base64.b64encode(zlib.compress(source.encode("utf-8"), 9)).decode("ascii")
+    return (
+        f"import base64,zlib;exec(compile(zlib.decompress(base64.b64decode('{packed}')),"
+        f"'sandbox_sdk/remote/{module}.py','exec'))"
+    )
+
+
+def build_command(module: str, args: dict[str, Any], blobs: Sequence[bytes] = ()) -> tuple[str, str]:
+    """The shell command for one operation and the nonce its frame must carry."""
+    nonce = secrets.token_hex(16)
+    header = json.dumps({**args, "nonce": nonce}, separators=(",", ":")).encode("utf-8")
+    payload = "\n".join(
+        [base64.b64encode(header).decode("ascii"), *(base64.b64encode(b).decode("ascii") for b in blobs)]
+    )
+    delimiter = f"SBX_{nonce}"
+    return f"{PYTHON} -c \"{script(module)}\" <<'{delimiter}'\n{payload}\n{delimiter}\n", nonce
+
+
+def command_overhead(module: str, args: dict[str, Any]) -> int:
+    """Bytes a command for ``module`` costs before any blob is added."""
+    command, _ = build_command(module, args)
+    return len(command.encode("utf-8")) + 2  # the newline that each blob adds, and slack
+
+
+def blob_capacity(budget: int) -> int:
+    """The largest raw blob whose base64 form fits in ``budget`` bytes."""
+    return max(0, budget // 4 * 3)
+
+
+def parse_result(response: ExecuteResponse, nonce: str, what: str) -> tuple[Any, list[bytes]]:
+    """Turn a script's output and exit code into its value, or raise."""
+    if response.timed_out:
+        raise errors.SandboxTimeoutError(f"{what} timed out")
+    frame = _find_frame(response.output, nonce)
+    if frame is None:
+        raise _no_frame_error(response, what)
+    body, blobs = frame
+    if body.get("ok") is True and response.exit_code == ExitCode.OK:
+        return body.get("value"), blobs
+    error = body.get("error")
+    if not isinstance(error, dict) or error.get("code") != response.exit_code:
+        raise errors.SandboxRuntimeError(
+            f"{what}: result frame and exit code {response.exit_code} disagree (was the script killed?)"
+        )
+    raise error_from(error, what)
+
+
+def error_from(error: dict[str, Any], what: str) -> errors.SandboxError:
+    """The typed exception for an error reported by a script."""
+    try:
+        code = ExitCode(error["code"])
+    except (KeyError, ValueError):
+        return errors.SandboxRuntimeError(f"{what}: unknown error code {error.get('code')!r}")
+    path = decode_path(error["path"]) if isinstance(error.get("path"), str) else None
+    message = str(error.get("message", code.name))
+    text = f"{message}: {path!r}" if path is not None else message
+    if code is ExitCode.EDIT_AMBIGUOUS:
+        return errors.EditAmbiguousError(text, path=path, count=int(error.get("count", 0)))
+    return ERROR_TYPES[code](text, path=path)
+
+
+def _find_frame(output: str, nonce: str) -> tuple[dict[str, Any], list[bytes]] | None:
+    prefix = f"{FRAME_MARKER} {nonce} "
+    start = output.rfind(prefix)
+    if start < 0 or (start > 0 and output[start - 1] != "\n"):
+        return None
+    end = output.find("\n", start)
+    fields = output[start + len(prefix) : end if end >= 0 else len(output)].split(" ")
+    try:
+        body = json.loads(base64.b64decode(fields[0], validate=True))
+        blobs = [base64.b64decode(field, validate=True) for field in fields[1:]]
+    except (ValueError, binascii.Error):
+        return None
+    return (body, blobs) if isinstance(body, dict) else None
+
+
+def _no_frame_error(response: ExecuteResponse, what: str) -> errors.SandboxError:
+    tail = response.output[-500:].strip()
+    if response.exit_code == 127 and "python3" in response.output:
+        return errors.SandboxRuntimeError(
+            f"{what} needs python3, and python3 is not available in the sandbox: {tail}"
+        )
+    if response.truncated:
+        return errors.SandboxRuntimeError(
+            f"{what}: the provider cut the output before the result frame (max_output_bytes is too small)"
+        )
+    return errors.SandboxRuntimeError(
+        f"{what} produced no result (exit code {response.exit_code}); output ends with: {tail!r}"
+    )

@@ -1,0 +1,306 @@
+"""Shared runtime of the in-sandbox scripts (shipped in front of every one).
+
+Wire format (see docs/protocol.md):
+
+* stdin: line 1 is base64 JSON arguments; every further line is one base64
+  binary blob, referred to from the arguments by index.
+* stdout: one line ``@@SANDBOX_SDK <nonce> <base64 JSON>[ <base64 blob>...]``.
+  The nonce comes from the client, so nothing else in the output can forge it.
+* exit status: one code from ``EXIT`` below, equal to the one in the frame.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import errno
+import json
+import os
+import stat
+import sys
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+# The exit-code table. It stays clear of 1 and 2 (Python), 64-78 (sysexits),
+# 124-128 (timeout(1) and the shell) and 128+n (signals). docs/protocol.md
+# documents it and sandbox_sdk/protocol.py mirrors it; a test keeps them equal.
+EXIT = {
+    "OK": 0,
+    "INVALID_ARGUMENT": 80,
+    "NOT_FOUND": 81,
+    "IS_DIRECTORY": 82,
+    "NOT_DIRECTORY": 83,
+    "PERMISSION_DENIED": 84,
+    "ALREADY_EXISTS": 85,
+    "INVALID_PATH": 86,
+    "NOT_TEXT": 87,
+    "EDIT_NO_MATCH": 88,
+    "EDIT_AMBIGUOUS": 89,
+    "OUTPUT_LIMIT": 90,
+    "INTEGRITY": 91,
+    "NOT_EMPTY": 92,
+    "OS_ERROR": 93,
+    "INTERNAL": 99,
+}
+
+ERRNO_CODES = {
+    errno.ENOENT: "NOT_FOUND",
+    errno.EISDIR: "IS_DIRECTORY",
+    errno.ENOTDIR: "NOT_DIRECTORY",
+    errno.EACCES: "PERMISSION_DENIED",
+    errno.EPERM: "PERMISSION_DENIED",
+    errno.EROFS: "PERMISSION_DENIED",
+    errno.EEXIST: "ALREADY_EXISTS",
+    errno.ENAMETOOLONG: "INVALID_PATH",
+    errno.ENOTEMPTY: "NOT_EMPTY",
+    errno.ELOOP: "INVALID_PATH",
+}
+
+FRAME_MARKER = "@@SANDBOX_SDK"
+NAME_MAX = 255
+
+Args = Dict[str, Any]
+Blobs = List[bytes]
+Result = Tuple[Any, Blobs]
+Handler = Callable[[Args, Blobs], Result]
+
+
+class Fail(Exception):
+    """An expected failure: ends the script with ``EXIT[code]``."""
+
+    def __init__(self, code: str, message: str, path: Optional[bytes] = None, **extra: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.path = path
+        self.extra = extra
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+def path_arg(args: Args, key: str = "path") -> bytes:
+    """Decode and check a path argument: raw bytes, never a mangled string."""
+    raw = args.get(key)
+    if not isinstance(raw, str):
+        raise Fail("INVALID_ARGUMENT", "argument %r must be a path" % key)
+    path = unb64(raw)
+    check_path(path)
+    return path
+
+
+def check_path(path: bytes) -> None:
+    if not path:
+        raise Fail("INVALID_PATH", "path is empty", path)
+    if b"\0" in path:
+        raise Fail("INVALID_PATH", "path contains a NUL byte", path)
+    for part in path.split(b"/"):
+        if len(part) > NAME_MAX:
+            raise Fail("INVALID_PATH", "a path component is longer than %d bytes" % NAME_MAX, path)
+
+
+def fail_from_oserror(exc: OSError, path: Optional[bytes] = None) -> Fail:
+    code = ERRNO_CODES.get(exc.errno or 0, "OS_ERROR")
+    where = path if path is not None else _as_bytes(exc.filename)
+    return Fail(code, exc.strerror or str(exc), where, errno=exc.errno)
+
+
+def _as_bytes(name: Any) -> Optional[bytes]:
+    if isinstance(name, bytes):
+        return name
+    if isinstance(name, str):
+        return os.fsencode(name)
+    return None
+
+
+def file_type(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    return "other"
+
+
+def entry(path: bytes, st: os.stat_result) -> Dict[str, Any]:
+    return {
+        "path": b64(path),
+        "type": file_type(st.st_mode),
+        "size": st.st_size,
+        "mtime": st.st_mtime,
+        "mode": stat.S_IMODE(st.st_mode),
+    }
+
+
+def temp_name(dest: bytes, token: str) -> bytes:
+    """The staging file for ``dest``: hidden, in the same directory (so the
+    final rename is atomic), short enough for any valid ``dest``."""
+    parent = os.path.dirname(dest)
+    name = b".sbx-" + token.encode("ascii") + b".tmp"
+    return os.path.join(parent, name) if parent else name
+
+
+def resolve_target(dest: bytes) -> bytes:
+    """Writes go through a symlink to its target, as ``open()`` would."""
+    return os.path.realpath(dest) if os.path.islink(dest) else dest
+
+
+def check_destination(dest: bytes, overwrite: bool) -> Optional[os.stat_result]:
+    """Fail early if ``dest`` cannot be (re)placed; return its stat if it exists."""
+    try:
+        st = os.stat(dest)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise fail_from_oserror(exc, dest) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise Fail("IS_DIRECTORY", "destination is a directory", dest)
+    if not overwrite:
+        raise Fail("ALREADY_EXISTS", "file already exists (pass overwrite=True to replace it)", dest)
+    return st
+
+
+def make_parents(dest: bytes) -> None:
+    parent = os.path.dirname(dest)
+    if parent:
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except FileExistsError:
+            raise Fail("NOT_DIRECTORY", "a parent of the path is not a directory", dest) from None
+        except OSError as exc:
+            raise fail_from_oserror(exc, dest) from None
+
+
+def write_new(tmp: bytes, data: bytes) -> None:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def commit(tmp: bytes, dest: bytes, overwrite: bool) -> None:
+    """Move a fully written, fsynced ``tmp`` onto ``dest`` in one step.
+
+    Replacing keeps the old file's permission bits; creating uses ``link`` so a
+    file that appeared meanwhile is never clobbered. ``tmp`` is gone afterwards
+    whatever happens."""
+    try:
+        st = check_destination(dest, overwrite)
+        if st is not None:
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+            os.rename(tmp, dest)
+        else:
+            try:
+                os.link(tmp, dest)
+            except FileExistsError:
+                if not overwrite:
+                    raise Fail("ALREADY_EXISTS", "file already exists", dest) from None
+                os.rename(tmp, dest)
+        sync_dir(os.path.dirname(dest) or b".")
+    except OSError as exc:
+        raise fail_from_oserror(exc, dest) from None
+    finally:
+        remove_quietly(tmp)
+
+
+def sync_dir(path: bytes) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_quietly(path: bytes) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+class DirLock:
+    """An exclusive ``flock`` on a directory, serialising writers of its files.
+
+    Locking the directory, not the file, survives the rename that replaces the
+    file's inode, and leaves no lock file behind."""
+
+    def __init__(self, path: bytes) -> None:
+        self.path = os.path.dirname(path) or b"."
+        self.fd = -1
+
+    def __enter__(self) -> "DirLock":
+        import fcntl
+
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return self  # the parent is missing: the operation reports it
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing releases the lock
+
+
+def read_payload() -> Tuple[Args, Blobs]:
+    lines = sys.stdin.buffer.read().split()
+    if not lines:
+        raise Fail("INVALID_ARGUMENT", "no payload on stdin")
+    try:
+        args = json.loads(unb64(lines[0].decode("ascii")))
+        blobs = [base64.b64decode(line, validate=True) for line in lines[1:]]
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise Fail("INVALID_ARGUMENT", "malformed payload: %s" % exc) from None
+    if not isinstance(args, dict):
+        raise Fail("INVALID_ARGUMENT", "payload is not an object")
+    return args, blobs
+
+
+def emit(nonce: str, body: Dict[str, Any], blobs: Blobs) -> None:
+    parts = [FRAME_MARKER, nonce, b64(json.dumps(body, separators=(",", ":")).encode("utf-8"))]
+    parts.extend(b64(blob) for blob in blobs)
+    out = sys.stdout.buffer
+    out.write(b"\n" + " ".join(parts).encode("ascii") + b"\n")
+    out.flush()
+
+
+def main(ops: Dict[str, Handler]) -> None:
+    nonce = "-"
+    try:
+        args, blobs = read_payload()
+        nonce = str(args.get("nonce", "-"))
+        handler = ops.get(str(args.get("op")))
+        if handler is None:
+            raise Fail("INVALID_ARGUMENT", "unknown operation %r" % args.get("op"))
+        value, out_blobs = handler(args, blobs)
+    except Fail as exc:
+        failure = exc
+    except OSError as exc:
+        failure = fail_from_oserror(exc)
+    except Exception:  # noqa: BLE001 - reported as an error, never passed off as data
+        failure = Fail("INTERNAL", "unexpected error inside the sandbox:\n" + traceback.format_exc(limit=5))
+    else:
+        emit(nonce, {"ok": True, "value": value}, out_blobs)
+        sys.exit(0)
+    error = {"code": EXIT[failure.code], "name": failure.code, "message": failure.message}
+    if failure.path is not None:
+        error["path"] = b64(failure.path)
+    error.update(failure.extra)
+    emit(nonce, {"ok": False, "error": error}, [])
+    sys.exit(EXIT[failure.code])
