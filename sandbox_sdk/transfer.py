@@ -253,7 +253,7 @@ class TransferMethods(SandboxCore):
     ) -> Operation[None]:
         if not batch:
             return
-        args = _put_many_args([encoded for _, encoded, _ in batch])
+        args = _put_many_args([(encoded, data) for _, encoded, data in batch])
         try:
             value, _ = yield Call("write", args, [data for _, _, data in batch], what="upload")
         except errors.SandboxError as exc:
@@ -309,6 +309,12 @@ class TransferMethods(SandboxCore):
                 path = paths[index]
                 if "blob" in item:
                     content = blobs[item["blob"]]
+                    if hashlib.sha256(content).hexdigest() != item["sha256"]:
+                        mismatch = errors.IntegrityError(
+                            f"download {path!r}: content does not match its SHA-256"
+                        )
+                        results[index] = FileDownloadResponse(path=path, error=transfer_error(mismatch))
+                        continue
                     tally.total += len(content)
                     tally.add(len(content))
                     results[index] = FileDownloadResponse(path=path, content=content)
@@ -400,12 +406,24 @@ class TransferMethods(SandboxCore):
                     tar.add(child, arcname=child.name)
             size = spool.tell()
             spool.seek(0)
-            yield from self._op_stage(protocol.encode_path(archive), spool, False, _Tally(progress, size))
-        value, _ = yield Call(
-            "archive",
-            {"op": "extract", "archive": protocol.encode_path(archive), "path": remote},
-            what=f"upload_dir to {os.fsdecode(remote_dir)!r}",
-        )
+            try:
+                yield from self._op_stage(protocol.encode_path(archive), spool, False, _Tally(progress, size))
+                value, _ = yield Call(
+                    "archive",
+                    {"op": "extract", "archive": protocol.encode_path(archive), "path": remote},
+                    what=f"upload_dir to {os.fsdecode(remote_dir)!r}",
+                )
+            except errors.SandboxError:
+                # The extract script removes the archive itself, but a call
+                # that failed may never have run it, or lost the reply of
+                # the commit that put the archive in place.
+                with contextlib.suppress(errors.SandboxError):
+                    yield Call(
+                        "fs",
+                        {"op": "delete", "path": protocol.encode_path(archive), "recursive": False},
+                        what="clean up archive",
+                    )
+                raise
         count: int = value["members"]
         return count
 
@@ -429,17 +447,24 @@ class TransferMethods(SandboxCore):
     ) -> Operation[int]:
         what = f"download_dir {os.fsdecode(remote_dir)!r}"
         archive = protocol.encode_path(posixpath.join(REMOTE_ARCHIVE_DIR, f".sbx-download-{new_token()}.tar"))
-        yield Call("archive", {"op": "create", "archive": archive, "path": check_path(remote_dir)}, what=what)
+        create = Call(
+            "archive", {"op": "create", "archive": archive, "path": check_path(remote_dir)}, what=what
+        )
+        cleanup = Call("fs", {"op": "delete", "path": archive, "recursive": False}, what="clean up archive")
         try:
+            yield create
             with tempfile.SpooledTemporaryFile(SPOOL_BYTES) as spool:
                 yield from self._op_download(archive, spool, None, _Tally(progress, 0), what)
                 spool.seek(0)
-                return safe_extract(spool, Path(local_dir))
-        finally:
+                count = safe_extract(spool, Path(local_dir))
+        except Exception:
+            # Also after a failed create: it may have run and lost its reply.
             with contextlib.suppress(errors.SandboxError):
-                yield Call(
-                    "fs", {"op": "delete", "path": archive, "recursive": False}, what="clean up archive"
-                )
+                yield cleanup
+            raise
+        with contextlib.suppress(errors.SandboxError):
+            yield cleanup
+        return count
 
     def download_dir(
         self, remote_dir: PathArg, local_dir: str | os.PathLike[str], *, progress: Progress | None = None
@@ -466,8 +491,9 @@ class _Packer:
 
     @staticmethod
     def cost(encoded: str, size: int) -> int:
-        # the item's JSON in the header (base64 again) plus the blob's own line
-        return (len(encoded) + 24) * 4 // 3 + 4 * ((size + 2) // 3) + 1
+        # the item's JSON (path, blob index, SHA-256) in the header, base64
+        # again, plus the blob's own line
+        return (len(encoded) + 100) * 4 // 3 + 4 * ((size + 2) // 3) + 1
 
     def accepts(self, encoded: str, size: int) -> bool:
         return self.used + self.cost(encoded, size) <= self.room
@@ -481,11 +507,15 @@ class _Packer:
         return items
 
 
-def _put_many_args(paths: list[str]) -> dict[str, Any]:
+def _put_many_args(files: list[tuple[str, bytes]]) -> dict[str, Any]:
+    """Arguments of one ``put_many``; each item carries its SHA-256, checked before it is written."""
     return {
         "op": "put_many",
         "token": new_token(),
-        "items": [{"path": p, "blob": i} for i, p in enumerate(paths)],
+        "items": [
+            {"path": path, "blob": index, "sha256": hashlib.sha256(data).hexdigest()}
+            for index, (path, data) in enumerate(files)
+        ],
     }
 
 

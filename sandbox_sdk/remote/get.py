@@ -19,6 +19,9 @@ from sandbox_sdk.remote._runtime import (
 )
 
 HASH_BLOCK = 1 << 20
+#: What one item of a ``get_many`` result costs besides its data: its JSON
+#: (with a SHA-256) and separators, counted against the output budget.
+ITEM_BYTES = 128
 
 
 def read_chunk(args: Args, blobs: Blobs) -> Result:
@@ -45,14 +48,17 @@ def read_chunk(args: Args, blobs: Blobs) -> Result:
 
 
 def get_many(args: Args, blobs: Blobs) -> Result:
-    """Whole files while they fit in ``budget``; a file too big for a batch is
-    reported with its size (the client fetches it in chunks)."""
+    """Whole files, each with its SHA-256, while they fit in ``budget``; a file
+    too big for a batch is reported with its size (the client fetches it in chunks)."""
     budget = args["budget"]
     items: List[Dict[str, Any]] = []
     out: Blobs = []
     used = 0
     for raw in args["paths"]:
         path = unb64(raw)
+        if used + ITEM_BYTES > budget and items:
+            break
+        used += ITEM_BYTES
         try:
             check_path(path)
             with open_regular(path) as f:
@@ -66,7 +72,7 @@ def get_many(args: Args, blobs: Blobs) -> Result:
         except Exception as exc:  # noqa: BLE001 - reported per item
             items.append({"error": describe(as_failure(exc))})
             continue
-        items.append({"blob": len(out)})
+        items.append({"blob": len(out), "sha256": hashlib.sha256(data).hexdigest()})
         out.append(data)
         used += len(data)
     return {"items": items}, out

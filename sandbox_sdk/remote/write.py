@@ -57,7 +57,10 @@ def put_many(args: Args, blobs: Blobs) -> Result:
         try:
             dest = unb64(item["path"])
             check_path(dest)
-            put(dest, blobs[item["blob"]], True, "%s-%d" % (args["token"], index))
+            data = blobs[item["blob"]]
+            if hashlib.sha256(data).hexdigest() != item["sha256"]:
+                raise Fail("INTEGRITY", "content does not match its SHA-256", dest)
+            put(dest, data, True, "%s-%d" % (args["token"], index))
         except Exception as exc:  # noqa: BLE001 - reported per item
             results.append({"error": describe(as_failure(exc))})
         else:
