@@ -9,9 +9,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from sandbox_sdk._process import run_process
@@ -20,6 +22,9 @@ from sandbox_sdk.models import ExecuteResponse
 
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+#: Commands up to this size go to ``bash -c`` as one argument (Linux caps one
+#: argument at 128 KiB); larger ones are handed over in an in-memory file.
+ARGV_COMMAND_BYTES = 96 * 1024
 #: The environment of a command when the host's is not inherited.
 BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -35,7 +40,16 @@ class LocalSandbox(BaseSandbox):
     children included) and exit code 124 is returned with ``timed_out=True``.
     Output past ``max_output_bytes`` is discarded as it arrives and the
     response is marked ``truncated``.
+
+    A command too long for one argument is written to an anonymous in-memory
+    file that bash sources (and closes before running anything), so commands
+    up to ``max_command_bytes`` work and large transfers need few round trips.
     """
+
+    #: 2 MiB commands carry 1.5 MiB of upload per round trip, keep the client's
+    #: memory per in-flight command small, and stay well under the output cap
+    #: (so whatever one command wrote, one ``read`` can return).
+    max_command_bytes = 2 * 1024 * 1024
 
     def __init__(
         self,
@@ -61,13 +75,43 @@ class LocalSandbox(BaseSandbox):
         return self._id
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        if len(command) * 4 <= ARGV_COMMAND_BYTES or len(command.encode("utf-8")) <= ARGV_COMMAND_BYTES:
+            return self._run(["bash", "-c", command], timeout)
+        with _command_file(command) as fd:
+            # ``.`` reads the whole file before running any of it, so its
+            # first statement can close the descriptor: nothing the command
+            # starts inherits it.
+            return self._run(["bash", "-c", f". /dev/fd/{fd}"], timeout, pass_fds=(fd,))
+
+    def _run(self, argv: list[str], timeout: float | None, pass_fds: tuple[int, ...] = ()) -> ExecuteResponse:
         return run_process(
-            ["bash", "-c", command],
+            argv,
             cwd=self.root_dir,
             env=self.env,
             timeout=self.timeout if timeout is None else timeout,
             max_output_bytes=self.max_output_bytes,
+            pass_fds=pass_fds,
         )
 
     def __repr__(self) -> str:
         return f"LocalSandbox({str(self.root_dir)!r}, id={self.id!r})"
+
+
+@contextlib.contextmanager
+def _command_file(command: str) -> Iterator[int]:
+    """An unlinked, in-memory file holding ``exec N<&-;`` and then ``command``."""
+    fd = os.memfd_create("sandbox-command") if hasattr(os, "memfd_create") else _unlinked_temp_file()
+    try:
+        data = memoryview(f"exec {fd}<&-; ".encode("ascii") + command.encode("utf-8"))
+        while data:
+            data = data[os.write(fd, data) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _unlinked_temp_file() -> int:
+    fd, path = tempfile.mkstemp(prefix="sandbox-command-")
+    os.unlink(path)
+    return fd
