@@ -1,0 +1,1 @@
+"""Transfer tests: limits, faults, round trips, directories, memory."""

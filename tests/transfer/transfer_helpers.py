@@ -1,0 +1,41 @@
+"""Helpers shared by the transfer tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sandbox_sdk.providers.local import LocalSandbox
+from sandbox_sdk.testing.faults import Fault, FaultySandbox
+
+#: Tight limits: a few KiB of data per command, ~16 KiB per output, so even
+#: small files take the chunked paths.
+SMALL_COMMAND_BYTES = 16 * 1024
+SMALL_OUTPUT_BYTES = 24 * 1024
+#: Limits of a typical remote provider, for the large round trips.
+LARGE_COMMAND_BYTES = 1024 * 1024
+LARGE_OUTPUT_BYTES = 1024 * 1024
+
+
+def faulty(local: LocalSandbox, fault: Fault, fail_at: int | None) -> FaultySandbox:
+    return FaultySandbox(
+        local,
+        fault=fault,
+        fail_at=fail_at,
+        max_command_bytes=SMALL_COMMAND_BYTES,
+        max_output_bytes=SMALL_OUTPUT_BYTES,
+    )
+
+
+def leftovers(*dirs: Path) -> list[Path]:
+    """Staging and partial files anywhere below ``dirs``."""
+    return sorted(
+        path
+        for directory in dirs
+        for path in directory.rglob("*")
+        if path.name.startswith(".sbx-") or path.name.endswith(".part")
+    )
+
+
+def remote_archives() -> list[Path]:
+    """Directory archives left in the sandbox's archive directory (the host's /tmp)."""
+    return sorted(Path("/tmp").glob(".sbx-*.tar"))
