@@ -30,6 +30,8 @@ from typing import IO, Any, BinaryIO
 from sandbox_sdk import errors, protocol
 from sandbox_sdk._core import Call, Operation, PathArg, SandboxCore, check_path, new_token
 from sandbox_sdk.models import FileDownloadResponse, FileUploadResponse
+from sandbox_sdk.remote import archive as remote_archive
+from sandbox_sdk.remote._runtime import Fail
 
 #: ``(done_bytes, total_bytes)``; ``total_bytes`` counts what is known so far.
 Progress = Callable[[int, int], None]
@@ -532,18 +534,28 @@ def _fit_paths(pending: list[tuple[int, str]], budget: int) -> list[tuple[int, s
 def safe_extract(archive: IO[bytes], dest: Path) -> int:
     """Extract a tar archive into ``dest`` after checking every member.
 
-    Nothing is written unless every member passes :func:`tarfile.data_filter`
-    (no absolute names, no ``..``, no links pointing outside ``dest``, no
-    device files); returns the number of members."""
+    Nothing is written unless the archive as a whole passes the sandbox's own
+    :func:`~sandbox_sdk.remote.archive.check_members` (no absolute names, no
+    ``..``, no links pointing outside ``dest``, nothing below or through a
+    symlink member, no device files). Extraction then re-checks each member
+    with :func:`tarfile.data_filter`, which also drops the sandbox's owners;
+    permission bits of files and directories are kept. Returns the number of
+    members."""
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=archive, mode="r:") as tar:
         members = tar.getmembers()
-        for member in members:
-            try:
-                tarfile.data_filter(member, str(dest))
-            except tarfile.FilterError as exc:
-                raise errors.InvalidPathError(
-                    f"refusing archive member {member.name!r}: {exc}", path=member.name
-                ) from None
-        tar.extractall(dest, members=members, filter="data")
+        try:
+            remote_archive.check_members(os.path.realpath(dest), members)
+            tar.extractall(dest, members=members, filter=_data_keeping_modes)
+        except Fail as exc:
+            raise errors.InvalidPathError(f"refusing the archive: {exc.message}") from None
+        except tarfile.FilterError as exc:
+            raise errors.InvalidPathError(f"refusing the archive: {exc}") from None
     return len(members)
+
+
+def _data_keeping_modes(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+    checked = tarfile.data_filter(member, dest)
+    if member.isreg() or member.isdir():
+        return checked.replace(mode=member.mode & 0o777, deep=False)
+    return checked

@@ -1,16 +1,18 @@
 """Pack a directory into a tar archive, or unpack one safely.
 
 Extraction checks every member before writing anything: no absolute names,
-no ``..``, no hard or symbolic link that points outside the target, nothing
-but files, directories and links. Python's own ``tarfile`` filters exist only
-from 3.8.17 / 3.11.4 on, and a sandbox's Python may be older.
+no ``..``, no hard or symbolic link that points outside the target, no member
+below or link through a symlink member, nothing but files, directories and
+links. Python's own ``tarfile`` filters check one member at a time and exist
+only from 3.8.17 / 3.11.4 on; a sandbox's Python may be older. The client
+checks the archives it downloads with the same ``check_members``.
 """
 
 from __future__ import annotations
 
 import os
 import tarfile
-from typing import Any, Dict
+from typing import Any, Dict, List, Set
 
 from sandbox_sdk.remote._runtime import Args, Blobs, Fail, Result, path_arg, remove_quietly, unb64
 
@@ -32,26 +34,70 @@ def create(args: Args, blobs: Blobs) -> Result:
     return {"size": os.stat(archive).st_size}, []
 
 
-def member_target(root: str, member: tarfile.TarInfo) -> str:
+def inside(root: str, path: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def check_members(root: str, members: List[tarfile.TarInfo]) -> None:
+    """Refuse the whole archive unless every member lands inside ``root``.
+
+    Members are checked against each other, not one at a time: a link made by
+    one member must not carry a later one outside. So besides absolute names,
+    ``..`` and links whose target leaves ``root``, no member may sit below a
+    symlink member (``tar`` never makes such archives), and no link target may
+    pass through one. Paths are also resolved against what is already on disk,
+    so an existing symlink cannot be written through either."""
+    links: Set[str] = set()
+    for member in members:
+        if member.issym():
+            links.add(member_name(member))
+    for member in members:
+        name = member_name(member)
+        parts = name.split("/")
+        for depth in range(1, len(parts)):
+            if "/".join(parts[:depth]) in links:
+                raise Fail("INVALID_PATH", "archive member is below a symlink member: %r" % member.name)
+        if not inside(root, os.path.realpath(os.path.join(root, name))):
+            raise Fail("INVALID_PATH", "archive member would land outside the target: %r" % member.name)
+        if member.issym():
+            resolve_link(root, links, parts[:-1], member)
+        elif member.islnk():
+            resolve_link(root, links, [], member)
+        elif not (member.isfile() or member.isdir()):
+            raise Fail("INVALID_PATH", "archive member is not a file, directory or link: %r" % member.name)
+
+
+def member_name(member: tarfile.TarInfo) -> str:
+    """The member's name, normalised; absolute names and ``..`` are refused."""
     name = member.name
     if name.startswith("/") or os.path.isabs(name):
         raise Fail("INVALID_PATH", "archive member has an absolute name: %r" % name)
-    if ".." in name.split("/"):
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    if ".." in parts:
         raise Fail("INVALID_PATH", "archive member name contains '..': %r" % name)
-    target = os.path.realpath(os.path.join(root, name))
-    if os.path.commonpath([root, target]) != root:
-        raise Fail("INVALID_PATH", "archive member would land outside the target: %r" % name)
-    if member.issym():
-        link = os.path.realpath(os.path.join(os.path.dirname(target), member.linkname))
-        if os.path.isabs(member.linkname) or os.path.commonpath([root, link]) != root:
-            raise Fail("INVALID_PATH", "symlink member points outside the target: %r" % name)
-    elif member.islnk():
-        link = os.path.realpath(os.path.join(root, member.linkname))
-        if os.path.commonpath([root, link]) != root:
-            raise Fail("INVALID_PATH", "hard link member points outside the target: %r" % name)
-    elif not (member.isfile() or member.isdir()):
-        raise Fail("INVALID_PATH", "archive member is not a file, directory or link: %r" % name)
-    return target
+    return "/".join(parts) or "."
+
+
+def resolve_link(root: str, links: Set[str], start: List[str], member: tarfile.TarInfo) -> None:
+    """Walk a link target from ``start`` (a symlink's directory; the archive
+    root for a hard link): it may not leave ``root``, nor pass through a
+    symlink member (whose target is not on disk yet to be checked)."""
+    target = member.linkname
+    if not target or target.startswith("/") or os.path.isabs(target):
+        raise Fail("INVALID_PATH", "link member has an absolute or empty target: %r" % member.name)
+    stack = list(start)
+    parts = [part for part in target.split("/") if part not in ("", ".")]
+    for index, part in enumerate(parts):
+        if part == "..":
+            if not stack:
+                raise Fail("INVALID_PATH", "link member points outside the target: %r" % member.name)
+            stack.pop()
+            continue
+        stack.append(part)
+        if index < len(parts) - 1 and "/".join(stack) in links:
+            raise Fail("INVALID_PATH", "link member points through a symlink member: %r" % member.name)
+    if not inside(root, os.path.realpath(os.path.join(root, *stack))):
+        raise Fail("INVALID_PATH", "link member points outside the target: %r" % member.name)
 
 
 def extract(args: Args, blobs: Blobs) -> Result:
@@ -62,20 +108,29 @@ def extract(args: Args, blobs: Blobs) -> Result:
         root = os.path.realpath(os.fsdecode(dest))
         with tarfile.open(os.fsdecode(archive), mode="r:") as tar:
             members = tar.getmembers()
+            check_members(root, members)
+            directories = []
             for member in members:
-                member_target(root, member)
                 member.mode &= 0o777  # no setuid, setgid or sticky bits
-            for member in members:
-                tar.extract(member, root, set_attrs=not member.issym(), **extract_options())
+                # Files belong to whoever runs the sandbox, not to the client's uid.
+                member.uid, member.gid, member.uname, member.gname = os.getuid(), os.getgid(), "", ""
+                if member.isdir():
+                    directories.append(member)
+                # Directories get their modes last, so a read-only one can still be filled.
+                set_attrs = not (member.issym() or member.isdir())
+                tar.extract(member, root, set_attrs=set_attrs, **extract_options())
+            for member in reversed(directories):
+                os.chmod(os.path.join(root, member_name(member)), member.mode)
     finally:
         remove_quietly(archive)
     return {"members": len(members)}, []
 
 
 def extract_options() -> Dict[str, Any]:
-    # Every member was checked above; the "tar" filter (where it exists) only
-    # silences the 3.12+ deprecation warning and re-checks the same things.
-    return {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
+    # check_members vetted the archive as a whole, which no per-member filter
+    # can; "fully_trusted" (where filters exist) keeps the permission bits the
+    # "tar" filter would mask and silences the 3.12+ deprecation warning.
+    return {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
 
 
 OPS = {"create": create, "extract": extract}
