@@ -1,0 +1,258 @@
+"""Files of every shape through providers that enforce a command-size limit and
+an output cap, sync and async; batches; round-trip counts; progress."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+
+from sandbox_sdk.providers.local import LocalSandbox
+from sandbox_sdk.testing.faults import LimitedSandbox
+
+CONTENTS = {
+    "empty": b"",
+    "one-byte": b"x",
+    "every-byte": bytes(range(256)) * 3,
+    "nuls": b"\0" * 1000 + b"a\0b",
+    "invalid-utf8": b"\xff\xfe\xc3\x28 \xed\xa0\x80 \xf8\x88\x80\x80\x80\n",
+    "heredoc-lookalike": b"SBX_0123456789abcdef\nEOF\n'EOF'\n@@SANDBOX_SDK x\n",
+    "chunked-binary": bytes(range(256)) * 200 + b"\0\xff",
+}
+
+
+def write_random(path: Path, size: int) -> str:
+    """Fill ``path`` with ``size`` pseudo-random bytes; return their SHA-256."""
+    digest = hashlib.sha256()
+    block = os.urandom(1 << 20)
+    with path.open("wb") as f:
+        for offset in range(0, size, len(block)):
+            part = block[: size - offset] if size - offset < len(block) else block
+            part = offset.to_bytes(8, "little") + part[8:]  # no two blocks alike
+            f.write(part)
+            digest.update(part)
+    return digest.hexdigest()
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("name", list(CONTENTS))
+def test_round_trip_through_small_limits(small: LimitedSandbox, root: Path, name: str) -> None:
+    data = CONTENTS[name]
+    [up] = small.upload_files([(f"in/{name}.bin", data)])
+    assert up.error is None
+    assert (root / "in" / f"{name}.bin").read_bytes() == data
+    [response] = small.download_files([f"in/{name}.bin"])
+    assert response.error is None
+    assert response.content == data
+
+
+@pytest.mark.parametrize("name", list(CONTENTS))
+async def test_async_round_trip_through_small_limits(small: LimitedSandbox, root: Path, name: str) -> None:
+    data = CONTENTS[name]
+    [up] = await small.aupload_files([(f"in/{name}.bin", data)])
+    assert up.error is None
+    assert (root / "in" / f"{name}.bin").read_bytes() == data
+    [down] = await small.adownload_files([f"in/{name}.bin"])
+    assert down.content == data
+
+
+def test_sources_bytes_path_and_file_object(small: LimitedSandbox, root: Path, tmp_path: Path) -> None:
+    data = CONTENTS["chunked-binary"]
+    local_file = tmp_path / "source.bin"
+    local_file.write_bytes(data)
+    stream = io.BytesIO(b"skipped" + data)
+    stream.seek(7)
+    responses = small.upload_files(
+        [("a.bin", bytearray(data)), ("b.bin", local_file), ("c.bin", str(local_file)), ("d.bin", stream)]
+    )
+    assert [r.error for r in responses] == [None] * 4
+    for name in "abcd":
+        assert (root / f"{name}.bin").read_bytes() == data
+
+
+class _Unseekable(io.RawIOBase):
+    """A pipe-like stream: readable, size unknown, no seeking."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        return self._data.readinto(buffer)
+
+
+def test_unseekable_source_is_staged(small: LimitedSandbox, root: Path) -> None:
+    data = os.urandom(30_000)
+    [response] = small.upload_files([("pipe.bin", io.BufferedReader(_Unseekable(data)))])
+    assert response.error is None
+    assert (root / "pipe.bin").read_bytes() == data
+
+
+def test_download_file_to_path_and_file_object(small: LimitedSandbox, root: Path, tmp_path: Path) -> None:
+    data = os.urandom(50_000)
+    (root / "remote.bin").write_bytes(data)
+    target = tmp_path / "out" / "local.bin"
+    target.parent.mkdir()
+    assert small.download_file("remote.bin", target) == len(data)
+    assert target.read_bytes() == data
+    sink = io.BytesIO()
+    assert small.download_file("remote.bin", sink) == len(data)
+    assert sink.getvalue() == data
+    assert sorted(p.name for p in target.parent.iterdir()) == ["local.bin"]
+
+
+def large_round_trip(sandbox: LimitedSandbox, root: Path, tmp_path: Path, size: int) -> None:
+    source = tmp_path / "source.bin"
+    expected = write_random(source, size)
+    [response] = sandbox.upload_files([("big/file.bin", source)])
+    assert response.error is None
+    uploads = sandbox.executed
+    assert uploads >= size // sandbox.max_command_bytes, "the upload must have been chunked"
+    assert sha256_of(root / "big" / "file.bin") == expected
+    back = tmp_path / "back.bin"
+    assert sandbox.download_file("big/file.bin", back) == size
+    assert sandbox.executed - uploads >= size // sandbox.max_output_bytes
+    assert sha256_of(back) == expected
+
+
+def test_10_mib_round_trip(large: LimitedSandbox, root: Path, tmp_path: Path) -> None:
+    large_round_trip(large, root, tmp_path, 10 * 1024 * 1024)
+
+
+@pytest.mark.slow
+def test_100_mib_round_trip(large: LimitedSandbox, root: Path, tmp_path: Path) -> None:
+    large_round_trip(large, root, tmp_path, 100 * 1024 * 1024)
+
+
+async def test_async_10_mib_round_trip_keeps_chunks_in_flight(
+    large: LimitedSandbox, root: Path, tmp_path: Path
+) -> None:
+    size = 10 * 1024 * 1024
+    source = tmp_path / "source.bin"
+    expected = write_random(source, size)
+    [response] = await large.aupload_files([("big/file.bin", source)])
+    assert response.error is None
+    assert sha256_of(root / "big" / "file.bin") == expected
+    assert large.max_in_flight > 1, "async uploads should overlap chunks"
+    large.max_in_flight = 0
+    back = tmp_path / "back.bin"
+    assert await large.adownload_file("big/file.bin", back) == size
+    assert sha256_of(back) == expected
+    assert large.max_in_flight > 1, "async downloads should overlap chunks"
+
+
+async def test_sync_and_async_give_identical_results(small: LimitedSandbox, root: Path) -> None:
+    files = [(f"s/{name}", data) for name, data in CONTENTS.items()]
+    files += [("s/missing-parent-is-a-file/x", b"x"), ("s", b"a directory")]
+    (root / "s").mkdir()
+    (root / "s" / "missing-parent-is-a-file").write_bytes(b"file")
+    sync_up = small.upload_files(files)
+    async_up = await small.aupload_files(files)
+    assert sync_up == async_up
+    assert [r.error is None for r in sync_up] == [True] * len(CONTENTS) + [False, False]
+    paths = [path for path, _ in files] + ["s/nope"]
+    sync_down = small.download_files(paths)
+    async_down = await small.adownload_files(paths)
+    assert sync_down == async_down
+    assert [r.content for r in sync_down[: len(CONTENTS)]] == list(CONTENTS.values())
+
+
+def test_mixed_batch_reports_each_item(small: LimitedSandbox, root: Path, tmp_path: Path) -> None:
+    (root / "dir").mkdir()
+    (root / "file").write_bytes(b"a file")
+    big = os.urandom(40_000)
+    files: list[tuple[str, bytes | Path]] = [
+        ("ok/one.txt", b"one"),
+        ("dir", b"cannot replace a directory"),
+        ("bad\0name", b"nul in path"),
+        ("", b"empty path"),
+        ("ok/big.bin", big),
+        ("file/child", b"parent is a file"),
+        ("ok/from-missing-local", tmp_path / "does-not-exist"),
+        ("ok/two.txt", b"two"),
+    ]
+    responses = small.upload_files(files)
+    assert [r.path for r in responses] == [path for path, _ in files]
+    errors_by_path = {r.path: r.error for r in responses}
+    assert errors_by_path["ok/one.txt"] is None
+    assert errors_by_path["ok/two.txt"] is None
+    assert errors_by_path["ok/big.bin"] is None
+    assert errors_by_path["dir"] == "is_directory"
+    assert errors_by_path["bad\0name"] == "invalid_path"
+    assert errors_by_path[""] == "invalid_path"
+    assert errors_by_path["file/child"]
+    assert "cannot read local source" in str(errors_by_path["ok/from-missing-local"])
+    assert (root / "ok" / "big.bin").read_bytes() == big
+    assert (root / "file").read_bytes() == b"a file"
+    assert not (root / "ok" / "from-missing-local").exists()
+
+    downloads = small.download_files(["ok/one.txt", "missing.txt", "dir", "bad\0name", "ok/big.bin"])
+    assert [(r.content, r.error) for r in downloads] == [
+        (b"one", None),
+        (None, "file_not_found"),
+        (None, "is_directory"),
+        (None, "invalid_path"),
+        (big, None),
+    ]
+
+
+def test_many_small_files_take_one_or_two_round_trips(local: LocalSandbox, root: Path) -> None:
+    sandbox = LimitedSandbox(local, max_command_bytes=256 * 1024, max_output_bytes=256 * 1024)
+    files = [(f"many/{i:03d}.txt", os.urandom(1024)) for i in range(100)]
+    assert all(r.error is None for r in sandbox.upload_files(files))
+    assert 1 <= sandbox.executed <= 2
+    for path, data in files:
+        assert (root / path).read_bytes() == data
+    before = sandbox.executed
+    downloads = sandbox.download_files([path for path, _ in files])
+    assert 1 <= sandbox.executed - before <= 2
+    assert [r.content for r in downloads] == [data for _, data in files]
+
+
+def test_many_small_files_through_tight_limits(small: LimitedSandbox, root: Path) -> None:
+    """Batches split at the budgets, and never overflow the output cap."""
+    files = [(f"tight/{i:04d}", b"" if i % 2 else os.urandom(300)) for i in range(400)]
+    assert all(r.error is None for r in small.upload_files(files))
+    downloads = small.download_files([path for path, _ in files])
+    assert [r.content for r in downloads] == [data for _, data in files]
+
+
+def test_progress_reports_every_byte(small: LimitedSandbox, root: Path, tmp_path: Path) -> None:
+    data = os.urandom(60_000)
+    seen: list[tuple[int, int]] = []
+    small.upload_files([("p.bin", data), ("q.bin", b"tiny")], progress=lambda d, t: seen.append((d, t)))
+    assert len(seen) > 2
+    assert seen[-1] == (len(data) + 4, len(data) + 4)
+    assert all(a[0] <= b[0] for a, b in itertools.pairwise(seen))
+    assert all(done <= total for done, total in seen)
+
+    seen.clear()
+    small.download_file("p.bin", tmp_path / "p.bin", progress=lambda d, t: seen.append((d, t)))
+    assert len(seen) > 2
+    assert seen[-1] == (len(data), len(data))
+    assert all(a[0] < b[0] for a, b in itertools.pairwise(seen))
+
+    seen.clear()
+    small.download_files(["p.bin", "q.bin"], progress=lambda d, t: seen.append((d, t)))
+    assert seen[-1] == (len(data) + 4, len(data) + 4)
+
+
+async def test_async_progress_matches_sync(small: LimitedSandbox, root: Path) -> None:
+    data = os.urandom(60_000)
+    seen: list[tuple[int, int]] = []
+    await small.aupload_files([("p.bin", data)], progress=lambda d, t: seen.append((d, t)))
+    assert seen[-1] == (len(data), len(data))
+    assert len(seen) > 2
