@@ -41,6 +41,10 @@ UploadSource = bytes | bytearray | memoryview | str | os.PathLike[str] | BinaryI
 REMOTE_ARCHIVE_DIR = "/tmp"
 #: Directory archives are spooled in memory up to this size, then to disk.
 SPOOL_BYTES = 8 * 1024 * 1024
+#: Raw chunk bytes an async transfer keeps in flight at most (each costs a
+#: few copies on the client: base64 text, command or output string), so client
+#: memory stays bounded whatever ``transfer_concurrency`` and the budgets are.
+IN_FLIGHT_BYTES = 6 * 1024 * 1024
 
 _ERROR_CODES: dict[type[errors.SandboxError], str] = {
     errors.SandboxFileNotFoundError: "file_not_found",
@@ -119,6 +123,11 @@ class TransferMethods(SandboxCore):
 
     # -- staged upload and chunked download (shared with write/edit/read_bytes) ---------
 
+    def _window(self, chunk_bytes: int) -> int:
+        """Chunks to send or fetch at once: ``transfer_concurrency``, fewer if
+        that many would hold more than ``IN_FLIGHT_BYTES``."""
+        return max(1, min(self.transfer_concurrency, IN_FLIGHT_BYTES // max(chunk_bytes, 1)))
+
     def _op_stage(
         self, dest: str, source: IO[bytes], overwrite: bool, tally: _Tally | None
     ) -> Operation[int]:
@@ -153,7 +162,7 @@ class TransferMethods(SandboxCore):
                     batch.append((offset, pending, final))
                     offset += len(pending)
                     pending = following
-                    if final or first or len(batch) >= self.transfer_concurrency:
+                    if final or first or len(batch) >= self._window(capacity):
                         break
                 if final and len(batch) > 1:  # the commit waits for every other chunk
                     yield [call(at, data, False) for at, data, _ in batch[:-1]]
@@ -194,7 +203,7 @@ class TransferMethods(SandboxCore):
                     tally.add(len(data))
             if offset >= size or not chunks[-1]:
                 break
-            starts = range(offset, size, capacity)[: self.transfer_concurrency]
+            starts = range(offset, size, capacity)[: self._window(capacity)]
             replies = yield [Call("get", {**args, "offset": at, "digest": False}, what=what) for at in starts]
             chunks = [reply[1][0] for reply in replies]
         if offset != size or digest.hexdigest() != expected:
