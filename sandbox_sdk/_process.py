@@ -81,7 +81,7 @@ def run_process(
         kill_group(proc.pid)
     pipe.close()
     exit_code = proc.wait()
-    output = bytes(kept).decode("utf-8", "replace")
+    output = kept.decode("utf-8", "replace")
     if timed_out:
         return ExecuteResponse(
             output=output, exit_code=TIMEOUT_EXIT_CODE, truncated=truncated, timed_out=True

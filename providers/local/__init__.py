@@ -25,6 +25,7 @@ DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 #: Commands up to this size go to ``bash -c`` as one argument (Linux caps one
 #: argument at 128 KiB); larger ones are handed over in an in-memory file.
 ARGV_COMMAND_BYTES = 96 * 1024
+WRITE_CHARS = 1 << 20
 #: The environment of a command when the host's is not inherited.
 BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -75,7 +76,7 @@ class LocalSandbox(BaseSandbox):
         return self._id
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
-        if len(command) * 4 <= ARGV_COMMAND_BYTES or len(command.encode("utf-8")) <= ARGV_COMMAND_BYTES:
+        if (len(command) if command.isascii() else len(command.encode("utf-8"))) <= ARGV_COMMAND_BYTES:
             return self._run(["bash", "-c", command], timeout)
         with _command_file(command) as fd:
             # ``.`` reads the whole file before running any of it, so its
@@ -102,13 +103,19 @@ def _command_file(command: str) -> Iterator[int]:
     """An unlinked, in-memory file holding ``exec N<&-;`` and then ``command``."""
     fd = os.memfd_create("sandbox-command") if hasattr(os, "memfd_create") else _unlinked_temp_file()
     try:
-        data = memoryview(f"exec {fd}<&-; ".encode("ascii") + command.encode("utf-8"))
-        while data:
-            data = data[os.write(fd, data) :]
+        _write_all(fd, f"exec {fd}<&-; ".encode("ascii"))
+        for start in range(0, len(command), WRITE_CHARS):  # encoded piecewise: no full copy
+            _write_all(fd, command[start : start + WRITE_CHARS].encode("utf-8", "surrogateescape"))
         os.lseek(fd, 0, os.SEEK_SET)
         yield fd
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _unlinked_temp_file() -> int:
