@@ -1,0 +1,1 @@
+"""Benchmarks: run each file as a script (see its docstring)."""
