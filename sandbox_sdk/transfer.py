@@ -7,10 +7,11 @@ checked (size and SHA-256) and renamed in one step; a large download is read
 in chunks sized to ``max_output_bytes`` and checked against the SHA-256 the
 sandbox computed. Client memory stays bounded by a few chunks.
 
-Providers with a native file API override :meth:`TransferMethods._upload_batch`
-and :meth:`TransferMethods._download_batch` (and, for streaming downloads,
-:meth:`TransferMethods._download_stream`); docs/transfers.md lists the
-guarantees an override must keep, and ``sandbox_sdk.testing`` checks them.
+Providers with a native file API override ``upload_files`` / ``download_files``
+and their async twins ``aupload_files`` / ``adownload_files`` (helpers:
+:func:`transfer_error`, :func:`_open_source`); docs/transfers.md lists the
+guarantees an override must keep, and
+``sandbox_sdk.testing.transfer_suite.TransferContractTests`` checks them.
 """
 
 from __future__ import annotations
@@ -241,13 +242,20 @@ class TransferMethods(SandboxCore):
                 if source.size is not None and not packer.accepts(encoded, source.size):
                     yield from self._op_put_many(packer.take(), files, results, tally)
                 if source.size is not None and packer.accepts(encoded, source.size):
-                    packer.add(index, encoded, _read_full(source.stream, source.size))
+                    try:
+                        packer.add(index, encoded, _read_full(source.stream, source.size))
+                    except OSError as exc:
+                        results[index] = FileUploadResponse(
+                            path=path, error=f"cannot read local source: {exc}"
+                        )
                     continue
                 try:
                     yield from self._op_stage(encoded, source.stream, True, tally)
                     results[index] = FileUploadResponse(path=path)
                 except errors.SandboxError as exc:
                     results[index] = FileUploadResponse(path=path, error=transfer_error(exc))
+                except OSError as exc:  # reading the source failed part-way; the staging was aborted
+                    results[index] = FileUploadResponse(path=path, error=f"cannot read local source: {exc}")
             yield from self._op_put_many(packer.take(), files, results, tally)
         finally:
             for source in sources:
