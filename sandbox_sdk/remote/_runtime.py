@@ -19,7 +19,6 @@ import json
 import os
 import stat
 import sys
-import traceback
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
 # The exit-code table. It stays clear of 1 and 2 (Python), 64-78 (sysexits),
@@ -287,10 +286,13 @@ def read_payload() -> Tuple[Args, Blobs]:
 
 
 def emit(nonce: str, body: Dict[str, Any], blobs: Blobs) -> None:
-    parts = [FRAME_MARKER, nonce, b64(json.dumps(body, separators=(",", ":")).encode("utf-8"))]
-    parts.extend(b64(blob) for blob in blobs)
     out = sys.stdout.buffer
-    out.write(b"\n" + " ".join(parts).encode("ascii") + b"\n")
+    head = " ".join([FRAME_MARKER, nonce, b64(json.dumps(body, separators=(",", ":")).encode("utf-8"))])
+    out.write(b"\n" + head.encode("ascii"))
+    for blob in blobs:  # written one by one: no joined copy of megabytes of base64
+        out.write(b" ")
+        out.write(binascii.b2a_base64(blob, newline=False))
+    out.write(b"\n")
     out.flush()
 
 
@@ -326,6 +328,8 @@ def main(ops: Dict[str, Handler]) -> None:
     except OSError as exc:
         failure = fail_from_oserror(exc)
     except Exception:  # noqa: BLE001 - reported as an error, never passed off as data
+        import traceback  # only here: every import costs each round trip's start-up time
+
         failure = Fail("INTERNAL", "unexpected error inside the sandbox:\n" + traceback.format_exc(limit=5))
     else:
         emit(nonce, {"ok": True, "value": value}, out_blobs)
