@@ -42,6 +42,7 @@ from sandbox_sdk.models import (
     SandboxPage,
     WriteResult,
 )
+from sandbox_sdk.provider import SandboxProvider, available_providers, get_provider
 
 __all__ = [
     "AuthenticationError",
@@ -75,7 +76,10 @@ __all__ = [
     "SandboxNotFoundError",
     "SandboxPage",
     "SandboxPermissionError",
+    "SandboxProvider",
     "SandboxRuntimeError",
     "SandboxTimeoutError",
     "WriteResult",
+    "available_providers",
+    "get_provider",
 ]
