@@ -99,6 +99,11 @@ class DaytonaSandbox(BaseSandbox):
             self._async_sandboxes[loop] = sandbox
         return sandbox
 
+    async def aclose(self) -> None:
+        """Close the async SDK client of the running event loop (shared with the provider)."""
+        self._async_sandboxes.pop(asyncio.get_running_loop(), None)
+        await self._clients.aclose()
+
     # -- execute -------------------------------------------------------------------------
 
     def _wrap(self, command: str) -> str:

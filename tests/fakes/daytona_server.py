@@ -64,6 +64,12 @@ TOOLBOX_PREFIX = "/toolbox"
 DOWNLOAD_BOUNDARY = "DAYTONA-FILE-BOUNDARY"  # fixed, as in the daemon
 DEFAULT_EXEC_TIMEOUT_S = 360  # the daemon's default when timeout is absent or 0
 TERMINATION_GRACE_S = 1.0
+#: The environment a sandbox's commands start with: a fresh machine's, not the test runner's.
+SANDBOX_BASE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+}
 
 
 def _now() -> str:
@@ -310,7 +316,7 @@ class FakeDaytonaServer:
             return _error(request, 400, "command is required")
         timeout = body.get("timeout") or DEFAULT_EXEC_TIMEOUT_S
         cwd = _resolve(sandbox, body["cwd"]) if body.get("cwd") else sandbox.root
-        env = {**os.environ, **sandbox.env, **(body.get("envs") or {})}
+        env = {**SANDBOX_BASE_ENV, "HOME": str(sandbox.root), **sandbox.env, **(body.get("envs") or {})}
         if self.exec_mode == "stdin-shell":
             argv, stdin = ["bash"], command.encode()
         else:
