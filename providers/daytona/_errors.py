@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import aiohttp
+import httpx
+import urllib3.exceptions
 from daytona import (
     DaytonaAuthenticationError,
     DaytonaBadGatewayError,
@@ -16,10 +19,15 @@ from daytona import (
 
 from sandbox_sdk import errors
 
-_UNAVAILABLE = (
-    DaytonaConnectionError,
-    DaytonaServiceUnavailableError,
-    DaytonaBadGatewayError,
+_UNAVAILABLE = (DaytonaConnectionError, DaytonaServiceUnavailableError, DaytonaBadGatewayError)
+#: Transport failures, which the SDK does not always translate (urllib3's
+#: ``MaxRetryError`` after refused connections becomes a bare ``DaytonaError``).
+_TRANSPORT = (
+    urllib3.exceptions.MaxRetryError,
+    urllib3.exceptions.NewConnectionError,
+    urllib3.exceptions.ProtocolError,
+    aiohttp.ClientConnectionError,
+    httpx.TransportError,
     ConnectionError,
 )
 
@@ -33,6 +41,18 @@ def _status(exc: BaseException) -> int | None:
     return None
 
 
+def _transport_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was caused by, a failure to reach the service."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, _TRANSPORT):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def to_sandbox_error(exc: BaseException, what: str) -> errors.SandboxError:
     """The typed error for a failed SDK call; ``what`` says which call, for the message."""
     if isinstance(exc, errors.SandboxError):
@@ -40,7 +60,7 @@ def to_sandbox_error(exc: BaseException, what: str) -> errors.SandboxError:
     status = _status(exc)
     message = f"{what}: {exc}"
     # Connection failures first: DaytonaConnectionTimeoutError is also a DaytonaTimeoutError.
-    if isinstance(exc, _UNAVAILABLE) or status in (502, 503):
+    if isinstance(exc, _UNAVAILABLE) or status in (502, 503) or (status is None and _transport_failure(exc)):
         return errors.ProviderUnavailableError(f"{message} (Daytona is unreachable or unavailable)")
     if isinstance(exc, DaytonaNotFoundError) or status == 404:
         return errors.SandboxNotFoundError(message)

@@ -372,12 +372,12 @@ class FakeDaytonaServer:
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                errors.append(f"{destination}: mkdir {target.parent}: {exc.strerror}")
+                errors.append(f"{destination}: mkdir {target.parent}: {_go_message(exc)}")
                 continue
             try:
                 handle = open(target, "wb")  # noqa: SIM115 - written in chunks below
             except OSError as exc:
-                errors.append(f"{destination}: create: {exc.strerror}")
+                errors.append(f"{destination}: create: open {target}: {_go_message(exc)}")
                 continue
             with handle:
                 while chunk := await part.read_chunk(1 << 16):
@@ -435,6 +435,11 @@ class FakeDaytonaServer:
 def _resolve(sandbox: FakeSandbox, path: str) -> Path:
     """Relative paths are resolved against the sandbox's working directory, as the daemon does."""
     return Path(path) if os.path.isabs(path) else sandbox.root / path
+
+
+def _go_message(exc: OSError) -> str:
+    """An errno as Go spells it ("is a directory", not "Is a directory")."""
+    return (exc.strerror or str(exc)).lower()
 
 
 def _download_error(sandbox: FakeSandbox, path: str) -> tuple[int, str, str] | None:
