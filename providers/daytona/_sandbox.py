@@ -30,6 +30,8 @@ from sandbox_sdk.transfer import Progress, UploadSource, transfer_error
 #: Default timeout of one command, in seconds (the daemon's own default is 360 s).
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+#: Exit code reported for a command killed at its timeout (the provider-guide convention).
+TIMEOUT_EXIT_CODE = 124
 
 
 class DaytonaSandbox(BaseSandbox):
@@ -42,8 +44,8 @@ class DaytonaSandbox(BaseSandbox):
     and exec it without a shell; the wrapped form means the same to both.
 
     Timeouts are whole seconds on the wire (rounded up). A timed-out command
-    returns ``timed_out=True`` with no output: the daemon kills its process
-    group and answers 408 without what it printed.
+    returns ``timed_out=True``, exit code 124 and no output: the daemon kills
+    its process group and answers 408 without what the command printed.
     """
 
     def __init__(
@@ -113,7 +115,7 @@ class DaytonaSandbox(BaseSandbox):
 
     def _wire_timeout(self, timeout: float | None) -> int:
         seconds = self.timeout if timeout is None else timeout
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
             raise errors.InvalidArgumentError(
                 f"timeout must be a positive number of seconds, not {timeout!r}"
             )
@@ -131,7 +133,7 @@ class DaytonaSandbox(BaseSandbox):
         try:
             reply = self._sync_sdk().process.exec(wrapped, timeout=seconds)
         except DaytonaTimeoutError:
-            return ExecuteResponse(output="", exit_code=None, timed_out=True)
+            return ExecuteResponse(output="", exit_code=TIMEOUT_EXIT_CODE, timed_out=True)
         except DaytonaError as exc:
             raise to_sandbox_error(exc, f"execute in sandbox {self._id}") from exc
         return self._response(reply.result, reply.exit_code)
@@ -141,7 +143,7 @@ class DaytonaSandbox(BaseSandbox):
         try:
             reply = await (await self._async_sdk()).process.exec(wrapped, timeout=seconds)
         except DaytonaTimeoutError:
-            return ExecuteResponse(output="", exit_code=None, timed_out=True)
+            return ExecuteResponse(output="", exit_code=TIMEOUT_EXIT_CODE, timed_out=True)
         except DaytonaError as exc:
             raise to_sandbox_error(exc, f"execute in sandbox {self._id}") from exc
         return self._response(reply.result, reply.exit_code)
