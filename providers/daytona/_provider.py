@@ -18,6 +18,7 @@ from daytona import (
     DaytonaError,
     DaytonaNotFoundError,
     Sandbox,
+    SandboxState,
 )
 from daytona.common.daytona import CODE_TOOLBOX_LANGUAGE_LABEL
 from daytona_api_client.exceptions import OpenApiException
@@ -32,6 +33,14 @@ from sandbox_sdk.providers.daytona._sandbox import DEFAULT_MAX_OUTPUT_BYTES, DEF
 
 #: Seconds ``create`` waits for a new sandbox to start (the SDK's ``timeout``).
 DEFAULT_CREATE_TIMEOUT = 120.0
+_GONE = {SandboxState.DESTROYED.value, SandboxState.DESTROYING.value}
+
+
+def _gone(state: object) -> bool:
+    """Whether a sandbox state (of the sync or the async client's enum) means deleted."""
+    return getattr(state, "value", state) in _GONE
+
+
 #: Errors of the generated REST clients, which the list call meets unwrapped.
 _REST_ERRORS = (
     OpenApiException,
@@ -75,6 +84,11 @@ class DaytonaProvider(SandboxProvider[DaytonaSandbox]):
         }
 
     def _sandbox(self, sdk_sandbox: Sandbox | AsyncSandbox) -> DaytonaSandbox:
+        if _gone(sdk_sandbox.state):
+            # The service keeps deleted sandboxes readable for a while; to us they do not exist.
+            raise errors.SandboxNotFoundError(
+                f"sandbox {sdk_sandbox.id} has been deleted ({sdk_sandbox.state})"
+            )
         if isinstance(sdk_sandbox, Sandbox):
             return DaytonaSandbox(
                 self._clients, sdk_sandbox.id, sdk_sandbox=sdk_sandbox, **self._sandbox_options
@@ -145,7 +159,9 @@ class DaytonaProvider(SandboxProvider[DaytonaSandbox]):
         """Delete the sandbox; one that does not exist (any more) counts as deleted."""
         client = self._clients.sync
         try:
-            client.delete(client.get(self._check_id(sandbox_id)))
+            sdk_sandbox = client.get(self._check_id(sandbox_id))
+            if not _gone(sdk_sandbox.state):
+                client.delete(sdk_sandbox)
         except DaytonaNotFoundError:
             return
         except DaytonaError as exc:
@@ -154,7 +170,9 @@ class DaytonaProvider(SandboxProvider[DaytonaSandbox]):
     async def adelete(self, *, sandbox_id: str) -> None:
         client = self._clients.aclient()
         try:
-            await client.delete(await client.get(self._check_id(sandbox_id)))
+            sdk_sandbox = await client.get(self._check_id(sandbox_id))
+            if not _gone(sdk_sandbox.state):
+                await client.delete(sdk_sandbox)
         except DaytonaNotFoundError:
             return
         except DaytonaError as exc:

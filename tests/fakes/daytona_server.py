@@ -12,8 +12,10 @@ Control plane, under ``{base}/api`` (pass it as ``DaytonaConfig(api_url=...)``):
                                                  already in state ``started``
   - ``GET    /sandbox``                          list: ``labels`` (JSON object, all must match),
                                                  ``cursor``, ``limit`` -> ``{"items", "nextCursor"}``
-  - ``GET    /sandbox/{idOrName}``               get, 404 when unknown
+  - ``GET    /sandbox/{idOrName}``               get (a deleted one by id: state ``destroyed``),
+                                                 404 when unknown
   - ``DELETE /sandbox/{idOrName}``               delete (removes the directory), 404 when unknown
+                                                 or already deleted
   - ``GET    /sandbox/{id}/toolbox-proxy-url``   toolbox proxy discovery -> ``{"url": "{base}/toolbox"}``
 
 Toolbox daemon, under ``{base}/toolbox/{sandboxId}`` (the SDK prefixes the sandbox id itself):
@@ -108,6 +110,8 @@ class FakeDaytonaServer:
         self.api_key = api_key
         self.exec_mode: ExecMode = exec_mode
         self.sandboxes: dict[str, FakeSandbox] = {}
+        #: Deleted sandboxes stay readable by id in state ``destroyed``, as on the service.
+        self.destroyed: dict[str, FakeSandbox] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path), for assertions about traffic
         self._failures: list[_Failure] = []
         self._lock = threading.Lock()
@@ -269,9 +273,13 @@ class FakeDaytonaServer:
 
     async def _get(self, request: web.Request) -> web.Response:
         sandbox = self._lookup(request.match_info["sid"])
-        if sandbox is None:
+        if sandbox is not None:
+            return web.json_response(self._dto(sandbox))
+        with self._lock:
+            gone = self.destroyed.get(request.match_info["sid"])
+        if gone is None:
             return _not_found(request)
-        return web.json_response(self._dto(sandbox))
+        return web.json_response(self._dto(gone, state="destroyed"))
 
     async def _list(self, request: web.Request) -> web.Response:
         wanted: dict[str, str] = json.loads(request.query.get("labels") or "{}")
@@ -292,6 +300,7 @@ class FakeDaytonaServer:
             return _not_found(request)
         with self._lock:
             self.sandboxes.pop(sandbox.id, None)
+            self.destroyed[sandbox.id] = sandbox
         shutil.rmtree(sandbox.root, ignore_errors=True)
         return web.json_response(self._dto(sandbox, state="destroyed"))
 

@@ -13,6 +13,7 @@ from daytona import (
     FileDownloadRequest,
     FileUpload,
     ListSandboxesQuery,
+    SandboxState,
 )
 
 from tests.fakes.daytona_server import FakeDaytonaServer, split_command_like_old_daemon
@@ -48,8 +49,12 @@ def test_sync_sdk_round_trip(daytona_server: FakeDaytonaServer) -> None:
     assert listed == [sandbox.id]
     assert client.get(sandbox.id).labels["suite"] == "fake-sync"
     client.delete(sandbox)
+    assert client.get(sandbox.id).state == SandboxState.DESTROYED
+    assert not list(client.list(ListSandboxesQuery(labels={"suite": "fake-sync"})))
     with pytest.raises(DaytonaNotFoundError):
-        client.get(sandbox.id)
+        client.delete(sandbox)
+    with pytest.raises(DaytonaNotFoundError):
+        client.get("no-such-sandbox")
 
 
 def test_exec_honours_cwd_env_and_timeout(daytona_server: FakeDaytonaServer) -> None:
@@ -96,8 +101,9 @@ async def test_async_sdk_round_trip(daytona_server: FakeDaytonaServer) -> None:
             sandbox.id
         ]
         await client.delete(sandbox)
+        assert (await client.get(sandbox.id)).state == "destroyed"
         with pytest.raises(DaytonaNotFoundError):
-            await client.get(sandbox.id)
+            await client.delete(sandbox)
 
 
 def test_legacy_daemon_splits_on_spaces(legacy_daytona_server: FakeDaytonaServer) -> None:
