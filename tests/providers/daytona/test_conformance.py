@@ -6,10 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.providers.daytona import DaytonaProvider, DaytonaSandbox
-from sandbox_sdk.testing import SandboxConformanceTests
 from tests.fakes.daytona_server import FakeDaytonaServer
+from tests.providers.daytona.kit import DaytonaConformance
 
 
 def _sandbox(server: FakeDaytonaServer) -> Iterator[DaytonaSandbox]:
@@ -19,17 +18,7 @@ def _sandbox(server: FakeDaytonaServer) -> Iterator[DaytonaSandbox]:
     provider.delete(sandbox_id=sandbox.id)
 
 
-class _DaytonaConformance(SandboxConformanceTests):
-    async def test_async_twins(self, sandbox: BaseSandbox, workdir: str) -> None:
-        """The kit's async test, then closing the loop's AsyncDaytona client (its aiohttp session)."""
-        assert isinstance(sandbox, DaytonaSandbox)
-        try:
-            await super().test_async_twins(sandbox, workdir)
-        finally:
-            await sandbox.aclose()
-
-
-class TestDaytonaSandbox(_DaytonaConformance):
+class TestDaytonaSandbox(DaytonaConformance):
     """Recent daemons: the command text reaches a shell on stdin."""
 
     @pytest.fixture(scope="class")
@@ -38,7 +27,7 @@ class TestDaytonaSandbox(_DaytonaConformance):
         yield from _sandbox(daytona_server)
 
 
-class TestDaytonaSandboxLegacyDaemon(_DaytonaConformance):
+class TestDaytonaSandboxLegacyDaemon(DaytonaConformance):
     """Older daemons: the command is split on spaces and run without a shell."""
 
     @pytest.fixture(scope="class")
