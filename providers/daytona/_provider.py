@@ -34,11 +34,18 @@ from sandbox_sdk.providers.daytona._sandbox import DEFAULT_MAX_OUTPUT_BYTES, DEF
 #: Seconds ``create`` waits for a new sandbox to start (the SDK's ``timeout``).
 DEFAULT_CREATE_TIMEOUT = 120.0
 _GONE = {SandboxState.DESTROYED.value, SandboxState.DESTROYING.value}
+#: States ``get`` starts a sandbox from.
+_RESTARTABLE = {SandboxState.STOPPED.value, SandboxState.ARCHIVED.value}
+
+
+def _state(state: object) -> object:
+    """A sandbox state as its string value, whichever client's enum it comes from."""
+    return getattr(state, "value", state)
 
 
 def _gone(state: object) -> bool:
-    """Whether a sandbox state (of the sync or the async client's enum) means deleted."""
-    return getattr(state, "value", state) in _GONE
+    """Whether a sandbox state means deleted."""
+    return _state(state) in _GONE
 
 
 #: Errors of the generated REST clients, which the list call meets unwrapped.
@@ -73,10 +80,13 @@ class DaytonaProvider(SandboxProvider[DaytonaSandbox]):
         timeout: float = DEFAULT_TIMEOUT,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         shell: str = "bash",
+        start_timeout: float = DEFAULT_CREATE_TIMEOUT,
     ) -> None:
         """Unset arguments come from the SDK's environment variables; missing
-        credentials raise :class:`~sandbox_sdk.errors.AuthenticationError` here."""
+        credentials raise :class:`~sandbox_sdk.errors.AuthenticationError` here.
+        ``start_timeout`` (seconds) bounds ``get``'s wait for a stopped sandbox to start."""
         self._clients = DaytonaClients(DaytonaConfig(api_key=api_key, api_url=api_url, target=target))
+        self._start_timeout = start_timeout
         self._sandbox_options: dict[str, Any] = {
             "timeout": timeout,
             "max_output_bytes": max_output_bytes,
@@ -144,14 +154,22 @@ class DaytonaProvider(SandboxProvider[DaytonaSandbox]):
         return sandbox_id
 
     def get(self, sandbox_id: str) -> DaytonaSandbox:
+        """Connect to a sandbox by id (or name), starting it first if Daytona stopped or
+        archived it (after ``auto_stop_interval`` idle minutes, for example)."""
         try:
-            return self._sandbox(self._clients.sync.get(self._check_id(sandbox_id)))
+            sdk_sandbox = self._clients.sync.get(self._check_id(sandbox_id))
+            if _state(sdk_sandbox.state) in _RESTARTABLE:
+                sdk_sandbox.start(timeout=self._start_timeout)
+            return self._sandbox(sdk_sandbox)
         except DaytonaError as exc:
             raise to_sandbox_error(exc, f"get sandbox {sandbox_id}") from exc
 
     async def aget(self, sandbox_id: str) -> DaytonaSandbox:
         try:
-            return self._sandbox(await self._clients.aclient().get(self._check_id(sandbox_id)))
+            sdk_sandbox = await self._clients.aclient().get(self._check_id(sandbox_id))
+            if _state(sdk_sandbox.state) in _RESTARTABLE:
+                await sdk_sandbox.start(timeout=self._start_timeout)
+            return self._sandbox(sdk_sandbox)
         except DaytonaError as exc:
             raise to_sandbox_error(exc, f"get sandbox {sandbox_id}") from exc
 

@@ -17,6 +17,8 @@ Control plane, under ``{base}/api`` (pass it as ``DaytonaConfig(api_url=...)``):
   - ``DELETE /sandbox/{idOrName}``               delete (removes the directory), 404 when unknown
                                                  or already deleted
   - ``GET    /sandbox/{id}/toolbox-proxy-url``   toolbox proxy discovery -> ``{"url": "{base}/toolbox"}``
+  - ``POST   /sandbox/{idOrName}/start|stop``    instant state changes; the toolbox answers 400
+                                                 for a sandbox that is not started
 
 Toolbox daemon, under ``{base}/toolbox/{sandboxId}`` (the SDK prefixes the sandbox id itself):
   - ``POST /process/execute``      ``{"command", "cwd", "envs", "timeout"}`` -> ``{"exitCode", "result"}``
@@ -93,6 +95,7 @@ class FakeSandbox:
     auto_archive_interval: int | None
     auto_delete_interval: int | None
     created_at: str = field(default_factory=_now)
+    state: str = "started"
 
 
 @dataclass
@@ -189,6 +192,8 @@ class FakeDaytonaServer:
         app.router.add_get(f"{api}/sandbox/{{sid}}", self._get)
         app.router.add_delete(f"{api}/sandbox/{{sid}}", self._delete)
         app.router.add_get(f"{api}/sandbox/{{sid}}/toolbox-proxy-url", self._toolbox_proxy_url)
+        app.router.add_post(f"{api}/sandbox/{{sid}}/start", self._start)
+        app.router.add_post(f"{api}/sandbox/{{sid}}/stop", self._stop)
         tb = TOOLBOX_PREFIX + "/{sid}"
         app.router.add_post(f"{tb}/process/execute", self._execute)
         app.router.add_post(f"{tb}/files/bulk-upload", self._bulk_upload)
@@ -220,7 +225,8 @@ class FakeDaytonaServer:
                 found = next((s for s in self.sandboxes.values() if s.name == id_or_name), None)
             return found
 
-    def _dto(self, sandbox: FakeSandbox, *, state: str = "started") -> dict[str, Any]:
+    def _dto(self, sandbox: FakeSandbox, *, state: str | None = None) -> dict[str, Any]:
+        state = state or sandbox.state
         return {
             "id": sandbox.id,
             "organizationId": "fake-org",
@@ -238,7 +244,7 @@ class FakeDaytonaServer:
             "memory": 1,
             "disk": 1,
             "state": state,
-            "desiredState": "destroyed" if state == "destroyed" else "started",
+            "desiredState": state,
             "autoStopInterval": sandbox.auto_stop_interval,
             "autoArchiveInterval": sandbox.auto_archive_interval,
             "autoDeleteInterval": sandbox.auto_delete_interval,
@@ -304,6 +310,19 @@ class FakeDaytonaServer:
         shutil.rmtree(sandbox.root, ignore_errors=True)
         return web.json_response(self._dto(sandbox, state="destroyed"))
 
+    async def _start(self, request: web.Request) -> web.Response:
+        return self._set_state(request, "started")
+
+    async def _stop(self, request: web.Request) -> web.Response:
+        return self._set_state(request, "stopped")
+
+    def _set_state(self, request: web.Request, state: str) -> web.Response:
+        sandbox = self._lookup(request.match_info["sid"])
+        if sandbox is None:
+            return _not_found(request)
+        sandbox.state = state  # transitions are instant here
+        return web.json_response(self._dto(sandbox))
+
     async def _toolbox_proxy_url(self, request: web.Request) -> web.Response:
         if self._lookup(request.match_info["sid"]) is None:
             return _not_found(request)
@@ -311,14 +330,20 @@ class FakeDaytonaServer:
 
     # -- toolbox --------------------------------------------------------------------------------------
 
-    def _sandbox_for_toolbox(self, request: web.Request) -> FakeSandbox | None:
+    def _toolbox_sandbox(self, request: web.Request) -> FakeSandbox | web.Response:
+        """The sandbox a toolbox call is for, or the refusal: 404 unknown, 400 not started."""
         with self._lock:
-            return self.sandboxes.get(request.match_info["sid"])
-
-    async def _execute(self, request: web.Request) -> web.StreamResponse:
-        sandbox = self._sandbox_for_toolbox(request)
+            sandbox = self.sandboxes.get(request.match_info["sid"])
         if sandbox is None:
             return _not_found(request)
+        if sandbox.state != "started":
+            return _error(request, 400, f"Sandbox {sandbox.id} is not started (state: {sandbox.state})")
+        return sandbox
+
+    async def _execute(self, request: web.Request) -> web.StreamResponse:
+        sandbox = self._toolbox_sandbox(request)
+        if isinstance(sandbox, web.Response):
+            return sandbox
         body = await request.json()
         command = body.get("command")
         if not isinstance(command, str) or not command.strip():
@@ -357,9 +382,9 @@ class FakeDaytonaServer:
         return web.json_response({"exitCode": exit_code, "result": output.decode("utf-8", "replace")})
 
     async def _bulk_upload(self, request: web.Request) -> web.Response:
-        sandbox = self._sandbox_for_toolbox(request)
-        if sandbox is None:
-            return _not_found(request)
+        sandbox = self._toolbox_sandbox(request)
+        if isinstance(sandbox, web.Response):
+            return sandbox
         reader = await request.multipart()
         destinations: dict[str, str] = {}
         errors: list[str] = []
@@ -396,9 +421,9 @@ class FakeDaytonaServer:
         return web.Response(status=200)
 
     async def _bulk_download(self, request: web.Request) -> web.StreamResponse:
-        sandbox = self._sandbox_for_toolbox(request)
-        if sandbox is None:
-            return _not_found(request)
+        sandbox = self._toolbox_sandbox(request)
+        if isinstance(sandbox, web.Response):
+            return sandbox
         try:
             paths = (await request.json())["paths"]
         except (ValueError, KeyError, TypeError):

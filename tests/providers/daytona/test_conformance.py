@@ -27,8 +27,10 @@ class TestDaytonaSandbox(DaytonaConformance):
         yield from _sandbox(daytona_server)
 
 
+@pytest.mark.slow
 class TestDaytonaSandboxLegacyDaemon(DaytonaConformance):
-    """Older daemons: the command is split on spaces and run without a shell."""
+    """Older daemons: the command is split on spaces and run without a shell. The whole kit
+    again, because every operation depends on the command wrapping surviving that split."""
 
     @pytest.fixture(scope="class")
     @classmethod

@@ -6,6 +6,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from daytona import Daytona, DaytonaConfig
 
 from sandbox_sdk import errors
 from sandbox_sdk.provider import get_provider
@@ -184,3 +185,30 @@ async def test_async_lifecycle(aprovider: DaytonaProvider, daytona_server: FakeD
     daytona_server.fail_next(429, path_contains="/api/sandbox")
     with pytest.raises(errors.RateLimitedError):
         await aprovider.alist()
+
+
+def _stop(server: FakeDaytonaServer, sandbox_id: str) -> None:
+    """Stop a sandbox the way Daytona's auto-stop leaves it, through the SDK's own stop()."""
+    Daytona(DaytonaConfig(api_key=server.api_key, api_url=server.api_url)).get(sandbox_id).stop()
+    assert server.sandboxes[sandbox_id].state == "stopped"
+
+
+def test_get_starts_a_stopped_sandbox(provider: DaytonaProvider, daytona_server: FakeDaytonaServer) -> None:
+    labels = {"purpose": "auto-stopped"}
+    sandbox = provider.create(labels=labels)
+    _stop(daytona_server, sandbox.id)
+    assert not provider.is_alive(sandbox)
+    assert provider.get_or_create(labels=labels).id == sandbox.id  # started again, not replaced
+    assert daytona_server.sandboxes[sandbox.id].state == "started"
+    assert sandbox.execute("echo back").output == "back\n"
+    provider.delete(sandbox_id=sandbox.id)
+
+
+async def test_aget_starts_a_stopped_sandbox(
+    aprovider: DaytonaProvider, daytona_server: FakeDaytonaServer
+) -> None:
+    sandbox = await aprovider.acreate()
+    _stop(daytona_server, sandbox.id)
+    again = await aprovider.aget(sandbox.id)
+    assert (await again.aexecute("echo back")).output == "back\n"
+    await aprovider.adelete(sandbox_id=sandbox.id)
