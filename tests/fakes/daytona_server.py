@@ -112,6 +112,8 @@ class FakeDaytonaServer:
         self.root = root
         self.api_key = api_key
         self.exec_mode: ExecMode = exec_mode
+        #: With False, sandbox records carry no toolbox URL and the SDK must discover it.
+        self.advertise_toolbox_url = True
         self.sandboxes: dict[str, FakeSandbox] = {}
         #: Deleted sandboxes stay readable by id in state ``destroyed``, as on the service.
         self.destroyed: dict[str, FakeSandbox] = {}
@@ -250,7 +252,7 @@ class FakeDaytonaServer:
             "autoDeleteInterval": sandbox.auto_delete_interval,
             "createdAt": sandbox.created_at,
             "updatedAt": sandbox.created_at,
-            "toolboxProxyUrl": self.toolbox_url,
+            "toolboxProxyUrl": self.toolbox_url if self.advertise_toolbox_url else "",
         }
 
     async def _create(self, request: web.Request) -> web.Response:

@@ -76,9 +76,14 @@ def test_list_paginates_with_cursor(daytona_server: FakeDaytonaServer) -> None:
     assert sum(1 for m, p in daytona_server.requests if (m, p) == ("GET", "/api/sandbox")) >= 2
 
 
-def test_toolbox_proxy_url_route(daytona_server: FakeDaytonaServer) -> None:
-    sandbox = _client(daytona_server).create()
-    assert sandbox._sandbox_api.get_toolbox_proxy_url(sandbox.id).url == daytona_server.toolbox_url
+def test_sdk_discovers_the_toolbox_proxy_url(daytona_server: FakeDaytonaServer) -> None:
+    daytona_server.advertise_toolbox_url = False
+    try:
+        sandbox = _client(daytona_server).create()
+        assert sandbox.process.exec("echo found", timeout=10).result == "found\n"
+    finally:
+        daytona_server.advertise_toolbox_url = True
+    assert ("GET", f"/api/sandbox/{sandbox.id}/toolbox-proxy-url") in daytona_server.requests
 
 
 def test_wrong_api_key_is_rejected(daytona_server: FakeDaytonaServer) -> None:
