@@ -11,7 +11,7 @@ import pytest
 
 from sandbox_sdk import errors
 from sandbox_sdk.providers.daytona import DaytonaProvider, DaytonaSandbox
-from sandbox_sdk.testing import HOSTILE_CONTENTS
+from sandbox_sdk.testing import HOSTILE_CONTENTS, HOSTILE_NAMES
 from tests.fakes.daytona_server import FakeDaytonaServer
 
 
@@ -180,3 +180,16 @@ async def test_async_transfers(aprovider: DaytonaProvider, daytona_server: FakeD
         (b"\x00one", None),
     ]
     await aprovider.adelete(sandbox_id=sandbox.id)
+
+
+def test_hostile_names_round_trip_through_the_native_api(
+    sandbox: DaytonaSandbox, daytona_server: FakeDaytonaServer
+) -> None:
+    names = [name for name in HOSTILE_NAMES if isinstance(name, str)]
+    files = [(f"hostile/{name}", name.encode("utf-8")) for name in names]
+    before = len(_traffic(daytona_server, sandbox))
+    assert [r.error for r in sandbox.upload_files(files)] == [None] * len(files)
+    results = sandbox.download_files([path for path, _ in files])
+    assert [(r.path, r.content) for r in results] == files
+    assert _traffic(daytona_server, sandbox)[before:] == ["files/bulk-upload", "files/bulk-download"]
+    assert sorted(e.name for e in sandbox.ls("hostile")) == sorted(names)
