@@ -120,7 +120,7 @@ class DaytonaProvider(SandboxProvider[DaytonaSandbox]):
         kind: type[CreateSandboxFromSnapshotParams] | type[CreateSandboxFromImageParams] = (
             CreateSandboxFromImageParams if "image" in options else CreateSandboxFromSnapshotParams
         )
-        unknown = sorted(set(options) - set(kind.model_fields) | ({"labels"} & set(options)))
+        unknown = sorted(set(options) - set(kind.model_fields))
         if unknown:
             raise errors.InvalidArgumentError(
                 f"unknown Daytona create option(s): {', '.join(unknown)} "
