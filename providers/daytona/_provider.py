@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -85,6 +86,9 @@ class DaytonaProvider(SandboxProvider[DaytonaSandbox]):
         """Unset arguments come from the SDK's environment variables; missing
         credentials raise :class:`~sandbox_sdk.errors.AuthenticationError` here.
         ``start_timeout`` (seconds) bounds ``get``'s wait for a stopped sandbox to start."""
+        # DAYTONA_API_URL is resolved here, as the SDK would, because an unset api_url makes
+        # the SDK read its deprecated server_url field and warn about it.
+        api_url = api_url or os.environ.get("DAYTONA_API_URL") or None
         self._clients = DaytonaClients(DaytonaConfig(api_key=api_key, api_url=api_url, target=target))
         self._start_timeout = start_timeout
         self._sandbox_options: dict[str, Any] = {
