@@ -139,13 +139,29 @@ def test_wrong_key_is_an_authentication_error(daytona_server: FakeDaytonaServer)
         provider.create()
 
 
-def test_unreachable_service_is_unavailable() -> None:
+def _unreachable_url() -> str:
     with socket.socket() as probe:  # a port with nothing listening on it
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    provider = DaytonaProvider(api_key="k", api_url=f"http://127.0.0.1:{port}/api")
+        return f"http://127.0.0.1:{probe.getsockname()[1]}/api"
+
+
+def test_unreachable_service_is_unavailable() -> None:
+    provider = DaytonaProvider(api_key="k", api_url=_unreachable_url())
     with pytest.raises(errors.ProviderUnavailableError):
         provider.get("some-id")
+    with pytest.raises(errors.ProviderUnavailableError):
+        provider.list()
+
+
+async def test_unreachable_service_is_unavailable_async() -> None:
+    provider = DaytonaProvider(api_key="k", api_url=_unreachable_url())
+    try:
+        with pytest.raises(errors.ProviderUnavailableError):
+            await provider.aget("some-id")
+        with pytest.raises(errors.ProviderUnavailableError):
+            await provider.alist()
+    finally:
+        await provider.aclose()
 
 
 def test_missing_credentials_fail_at_construction(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
