@@ -1,1 +1,1 @@
-"""Benchmarks: run each file as a script (see its docstring)."""
+"""Benchmarks: run each module with ``python -m benchmarks.<name>``."""
