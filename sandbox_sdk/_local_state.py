@@ -100,16 +100,19 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 def remove_tree(path: Path) -> None:
-    """``rm -rf`` that also removes what sandboxed code made unwritable."""
+    """``rm -rf`` that also removes what sandboxed code made unreadable or
+    unwritable (directories with mode 0, say): on a permission error it opens
+    up the directory and its parent and removes what failed afresh."""
 
-    def retry_writable(function: Any, failed: str, _exc: Any) -> None:
-        parent = os.path.dirname(failed)
-        os.chmod(parent, stat.S_IRWXU)
+    def open_up_and_retry(_function: Any, failed: str, _exc: Any) -> None:
+        os.chmod(os.path.dirname(failed), stat.S_IRWXU)
         if os.path.isdir(failed) and not os.path.islink(failed):
             os.chmod(failed, stat.S_IRWXU)
-        function(failed)
+            shutil.rmtree(failed, onerror=open_up_and_retry)
+        else:
+            os.unlink(failed)
 
-    shutil.rmtree(path, onerror=retry_writable)
+    shutil.rmtree(path, onerror=open_up_and_retry)
 
 
 class SandboxStore:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sandbox_sdk import errors
 from sandbox_sdk._local_state import WORKSPACE_DIR, LocalStateProvider, SandboxRecord, mark_used
@@ -123,6 +123,16 @@ def _tool(name: str) -> str:
     return path
 
 
+def is_initial_user_namespace() -> bool:
+    """Whether uids here are the host's (not remapped by a container runtime);
+    only the host's root is exempt from ``RLIMIT_NPROC``."""
+    try:
+        with open("/proc/self/uid_map") as uid_map:
+            return uid_map.read().split() == ["0", "0", "4294967295"]
+    except OSError:
+        return False
+
+
 def _system_mounts(extra_ro_binds: Sequence[str]) -> list[str]:
     args: list[str] = []
     for directory in SYSTEM_DIRS:
@@ -143,11 +153,11 @@ class Jail:
 
     As an ordinary user, bwrap makes a user namespace for the jail (and
     forbids nested ones), which also makes ``RLIMIT_NPROC`` count only the
-    jail's processes. As root, whose processes the kernel exempts from
-    ``RLIMIT_NPROC``, bwrap mounts as root, then the command drops to
-    ``root_sandbox_user`` with no capabilities and ``no_new_privs``, sets the
-    limits and enters a user namespace of its own (created under the limits,
-    so nested namespaces stay bounded too)."""
+    jail's processes. The host's root (uid 0 not remapped by a container) is
+    exempt from ``RLIMIT_NPROC``, so as root bwrap mounts as root, then the
+    command drops to ``root_sandbox_user`` with no capabilities and
+    ``no_new_privs``, sets the limits and enters a user namespace of its own
+    (created under the limits, so nested namespaces stay bounded too)."""
 
     def __init__(
         self,
@@ -162,7 +172,7 @@ class Jail:
                 f"bubblewrap (`{bwrap or 'bwrap'}`) was not found. {INSTALL_HINT}"
             )
         self.bwrap = found
-        self.as_root = os.geteuid() == 0
+        self.as_root = os.geteuid() == 0 and is_initial_user_namespace()
         self.root_sandbox_user = root_sandbox_user
         self.prlimit = _tool("prlimit")
         self.setpriv = _tool("setpriv") if self.as_root else ""
@@ -202,6 +212,7 @@ class Jail:
             "--dev", "/dev",
             "--bind", str(workspace), WORKSPACE_PATH,
             "--bind", str(tmp_dir), "/tmp",
+            "--remount-ro", "/",  # the jail's own root and /etc: nothing to write there
             "--chdir", WORKSPACE_PATH,
             "--clearenv",
         ]  # fmt: skip
@@ -248,7 +259,12 @@ class Jail:
     def own(self, directory: Path) -> None:
         """Make a directory the jail writes to belong to the user it runs as."""
         if self.as_root:
-            os.chown(directory, *self.root_sandbox_user)
+            try:
+                os.chown(directory, *self.root_sandbox_user)
+            except OSError as exc:
+                raise errors.ProviderUnavailableError(
+                    f"cannot give {directory} to uid/gid {self.root_sandbox_user} (root_sandbox_user): {exc}"
+                ) from exc
 
 
 @functools.lru_cache(maxsize=8)
@@ -369,9 +385,12 @@ class BwrapProvider(LocalStateProvider[BwrapSandbox]):
     def _prepare(self, staging_dir: Path, options: dict[str, Any]) -> dict[str, Any]:
         limits = options.get("limits", self.limits)
         if isinstance(limits, Mapping):
-            limits = ResourceLimits.model_validate(limits)
+            try:
+                limits = ResourceLimits.model_validate(limits)
+            except ValidationError as exc:
+                raise errors.InvalidArgumentError(f"invalid limits: {exc}") from exc
         if not isinstance(limits, ResourceLimits):
-            raise errors.InvalidArgumentError("limits must be a ResourceLimits")
+            raise errors.InvalidArgumentError("limits must be a ResourceLimits or a mapping of its fields")
         network = options.get("network", self.network)
         if not isinstance(network, bool):
             raise errors.InvalidArgumentError("network must be a bool")

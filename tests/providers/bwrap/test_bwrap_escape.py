@@ -261,3 +261,13 @@ def test_limits_cannot_be_raised_from_inside(provider: BwrapProvider) -> None:
     response = sandbox.execute("ulimit -u 100000 || ulimit -f unlimited || prlimit --nproc=100000 --pid $$")
     assert response.exit_code != 0
     assert sandbox.execute("ulimit -u; ulimit -f").output.split() == ["64", "1024"]  # KiB blocks
+
+
+def test_nested_user_namespaces_do_not_multiply_the_process_limit(provider: BwrapProvider) -> None:
+    sandbox = provider.create(limits=ResourceLimits(processes=20, timeout=20))
+    response = sandbox.execute(
+        "for j in 1 2 3; do unshare --user bash -c 'for i in $(seq 15); do sleep 2 & done; wait' & done; "
+        "sleep 1; echo count=$(ls -d /proc/[0-9]* | wc -l)"
+    )
+    count = int(response.output.rpartition("count=")[2])
+    assert count <= 20 + 2  # the limit, plus bwrap's init and the ls
