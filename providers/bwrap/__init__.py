@@ -16,6 +16,7 @@ import functools
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -272,8 +273,6 @@ def checked_jail(
     bwrap: str | None, root_sandbox_user: tuple[int, int], extra_ro_binds: tuple[str, ...]
 ) -> Jail:
     """A :class:`Jail` that has started once in this process (the probe is cached)."""
-    import tempfile
-
     jail = Jail(bwrap=bwrap, root_sandbox_user=root_sandbox_user, extra_ro_binds=extra_ro_binds)
     with tempfile.TemporaryDirectory(prefix="sandbox-sdk-bwrap-probe-") as scratch:
         os.chmod(scratch, 0o755)

@@ -123,17 +123,17 @@ def test_host_processes_are_invisible_and_unreachable(sandbox: BwrapSandbox) -> 
 def test_host_loopback_tcp_server_is_unreachable(provider: BwrapProvider, sandbox: BwrapSandbox) -> None:
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
-    server.settimeout(20)
+    server.settimeout(0.1)
+    stop = threading.Event()
 
     def serve() -> None:
-        with server:
-            for _ in range(2):
-                try:
-                    conn, _ = server.accept()
-                except OSError:
-                    return
-                with conn:
-                    conn.sendall(b"host-loopback-secret")
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.sendall(b"host-loopback-secret")
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -147,8 +147,9 @@ def test_host_loopback_tcp_server_is_unreachable(provider: BwrapProvider, sandbo
     # the same client with the network explicitly enabled does reach it
     networked = provider.create(network=True)
     assert "host-loopback-secret" in networked.execute(client, timeout=20).output
+    stop.set()
+    thread.join()
     server.close()
-    thread.join(timeout=5)
 
 
 def test_no_process_outlives_its_command(sandbox: BwrapSandbox) -> None:

@@ -128,6 +128,7 @@ def test_two_processes_racing_on_one_label_get_the_same_sandbox(provider_name: s
     assert [info.id for info in provider.iter_sandboxes()] == list(ids)
 
 
+@pytest.mark.slow
 def test_pagination_over_a_thousand_sandboxes(provider: LocalStateProvider[Any]) -> None:
     made = [provider._create(labels={"batch": "big", "parity": str(n % 2)}).id for n in range(1000)]
     assert made == sorted(made)  # ids sort by creation time: the list order
