@@ -9,9 +9,9 @@ Control plane (REST, ``X-API-KEY`` checked, errors as ``{"code", "message"}``):
   15 as in the real API), ``metadata`` and ``envVars`` are honoured.
 - ``POST /v2/sandboxes/{id}/connect``: 200 for a running sandbox, extending its
   end time when the new timeout is longer; 404 when it does not exist.
-- ``GET /v2/sandboxes``: list with the ``metadata`` filter (the SDK's
-  doubly-encoded query), ``state``, ``limit`` and ``nextToken``; the next page's
-  token comes back in ``x-next-token``.
+- ``GET /v2/sandboxes``: list by start time (``order`` asc or desc) with the
+  ``metadata`` filter (the SDK's doubly-encoded query), ``state``, ``limit`` and
+  ``nextToken``; the next page's token comes back in ``x-next-token``.
 - ``GET /sandboxes/{id}``: details; ``DELETE /sandboxes/{id}``: kill (204, or 404);
   ``POST /sandboxes/{id}/timeout``: set the time to live.
 
@@ -67,7 +67,7 @@ import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 from connectrpc.code import Code
@@ -239,10 +239,10 @@ class FakeE2BServer:
             Route("/files", self._upload, methods=["POST"]),
         ])
         process_app = process_connect.ProcessASGIApplication(
-            _ProcessService(self), codecs=[ENVD_JSON_CODEC]  # type: ignore[list-item]
+            _ProcessService(self), codecs=[ENVD_JSON_CODEC]
         )
         filesystem_app = filesystem_connect.FilesystemASGIApplication(
-            _FilesystemService(self), codecs=[ENVD_JSON_CODEC]  # type: ignore[list-item]
+            _FilesystemService(self), codecs=[ENVD_JSON_CODEC]
         )
 
         async def app(scope: MutableMapping[str, Any], receive: Callable[[], Awaitable[Any]],
@@ -257,7 +257,7 @@ class FakeE2BServer:
                     await refusal(scope, receive, send)
                     return
                 target = process_app if path.startswith(PROCESS_ROUTE) else filesystem_app
-                await target(scope, receive, send)  # type: ignore[arg-type]
+                await target(scope, receive, send)
                 return
             await rest(scope, receive, send)
 
@@ -361,6 +361,7 @@ class FakeE2BServer:
             (s for s in self.sandboxes.values()
              if "running" in states and all(s.metadata.get(k) == v for k, v in wanted.items())),
             key=lambda s: (s.started_at, s.sandbox_id),
+            reverse=request.query_params.get("order") == "desc",
         )
         start = 0
         if token := request.query_params.get("nextToken"):
@@ -417,13 +418,13 @@ class FakeE2BServer:
         except FileNotFoundError:
             return _error(404, f"path '{path}' does not exist")
         except OSError as exc:
-            return _error(500, f"error checking if path exists '{path}': {exc}")
+            return _error(500, f"error checking if path exists '{path}': {_go_error('stat', exc)}")
         if stat.S_ISDIR(info.st_mode):
             return _error(400, f"path '{path}' is a directory")
         try:
             content = path.read_bytes()
         except OSError as exc:
-            return _error(500, f"error opening file '{path}': {exc}")
+            return _error(500, f"error opening file '{path}': {_go_error('open', exc)}")
         return Response(content, media_type="application/octet-stream")
 
     async def _upload(self, request: Request) -> Response:
@@ -453,6 +454,13 @@ class FakeE2BServer:
         return JSONResponse(written)
 
 
+def _go_error(op: str, exc: OSError) -> str:
+    """An OS error as Go's ``*PathError`` prints it (``open /a: permission denied``),
+    the form envd's messages carry."""
+    text = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+    return f"{op} {exc.filename}: {text}" if exc.filename else text
+
+
 def _headers(scope: MutableMapping[str, Any]) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
 
@@ -477,14 +485,14 @@ def _write_file(path: Path, content: bytes) -> tuple[int, str]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        return 500, f"error ensuring directories: {exc}"
+        return 500, f"error ensuring directories: {_go_error('mkdir', exc)}"
     if path.is_dir():
         return 400, f"path is a directory: {path}"
     try:
         with open(path, "wb") as handle:
             handle.write(content)
     except OSError as exc:
-        return 500, f"error opening file: {exc}"
+        return 500, f"error opening file: {_go_error('open', exc)}"
     return 200, ""
 
 
@@ -549,14 +557,20 @@ class _ProcessService(process_connect.Process):
         deadline = loop.call_later(timeout, _kill_group, process) if timeout > 0 else None
         queue: asyncio.Queue[process_pb.ProcessEvent.DataEvent | None] = asyncio.Queue()
 
-        async def pump(stream: asyncio.StreamReader | None, kind: str) -> None:
+        async def pump(stream: asyncio.StreamReader | None, is_stdout: bool) -> None:
             assert stream is not None
             while chunk := await stream.read(CHUNK_SIZE):
-                await queue.put(process_pb.ProcessEvent.DataEvent(output=Oneof(kind, chunk)))
+                if is_stdout:
+                    out: Oneof[Literal["stdout"], bytes] = Oneof("stdout", chunk)
+                    event = process_pb.ProcessEvent.DataEvent(output=out)
+                else:
+                    err: Oneof[Literal["stderr"], bytes] = Oneof("stderr", chunk)
+                    event = process_pb.ProcessEvent.DataEvent(output=err)
+                await queue.put(event)
             await queue.put(None)
 
-        pumps = [asyncio.create_task(pump(process.stdout, "stdout")),
-                 asyncio.create_task(pump(process.stderr, "stderr"))]
+        pumps = [asyncio.create_task(pump(process.stdout, True)),
+                 asyncio.create_task(pump(process.stderr, False))]
         try:
             yield _start_response(Oneof("start", process_pb.ProcessEvent.StartEvent(pid=process.pid)))
             open_streams = len(pumps)
@@ -618,9 +632,9 @@ def _stat_or_error(path: Path) -> filesystem_pb.EntryInfo:
     try:
         return _entry(path)
     except FileNotFoundError as exc:
-        raise ConnectError(Code.NOT_FOUND, f"file not found: {exc}") from exc
+        raise ConnectError(Code.NOT_FOUND, f"file not found: {_go_error('lstat', exc)}") from exc
     except OSError as exc:
-        raise ConnectError(Code.INTERNAL, f"error getting file info: {exc}") from exc
+        raise ConnectError(Code.INTERNAL, f"error getting file info: {_go_error('lstat', exc)}") from exc
 
 
 class _FilesystemService(filesystem_connect.Filesystem):
@@ -643,11 +657,11 @@ class _FilesystemService(filesystem_connect.Filesystem):
         if path.is_dir():
             raise ConnectError(Code.ALREADY_EXISTS, f"directory already exists: {path}")
         if path.exists():
-            raise ConnectError(Code.INVALID_ARGUMENT, f"path already exists but it is not a directory: {path}")
+            raise ConnectError(Code.INVALID_ARGUMENT, f"path exists but is not a directory: {path}")
         try:
             path.mkdir(parents=True)
         except OSError as exc:
-            raise ConnectError(Code.INTERNAL, f"error creating directory: {exc}") from exc
+            raise ConnectError(Code.INTERNAL, f"error creating directory: {_go_error('mkdir', exc)}") from exc
         return filesystem_pb.MakeDirResponse(entry=_entry(path))
 
     async def move(self, request: filesystem_pb.MoveRequest,
@@ -658,13 +672,17 @@ class _FilesystemService(filesystem_connect.Filesystem):
         try:
             destination.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ConnectError(Code.INTERNAL, f"error ensuring directories: {exc}") from exc
+            message = f"error ensuring directories: {_go_error('mkdir', exc)}"
+            raise ConnectError(Code.INTERNAL, message) from exc
+        if destination.is_dir() and not destination.is_symlink() and source.exists():
+            # Go's os.Rename refuses a directory destination with EEXIST itself.
+            raise ConnectError(Code.INTERNAL, f"error renaming: rename {source} {destination}: file exists")
         try:
             os.rename(source, destination)
         except FileNotFoundError as exc:
-            raise ConnectError(Code.NOT_FOUND, f"source file not found: {exc}") from exc
+            raise ConnectError(Code.NOT_FOUND, f"source file not found: {_go_error('rename', exc)}") from exc
         except OSError as exc:
-            raise ConnectError(Code.INTERNAL, f"error renaming: {exc}") from exc
+            raise ConnectError(Code.INTERNAL, f"error renaming: {_go_error('rename', exc)}") from exc
         return filesystem_pb.MoveResponse(entry=_entry(destination))
 
     async def remove(self, request: filesystem_pb.RemoveRequest,
@@ -678,7 +696,8 @@ class _FilesystemService(filesystem_connect.Filesystem):
             else:
                 path.unlink(missing_ok=True)
         except OSError as exc:
-            raise ConnectError(Code.INTERNAL, f"error removing file or directory: {exc}") from exc
+            message = f"error removing file or directory: {_go_error('unlinkat', exc)}"
+            raise ConnectError(Code.INTERNAL, message) from exc
         return filesystem_pb.RemoveResponse()
 
     async def list_dir(self, request: filesystem_pb.ListDirRequest,
