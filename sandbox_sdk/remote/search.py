@@ -136,10 +136,18 @@ class Walker:
             return
         segment, rest = segments[0], segments[1:]
         if segment == b"**":
-            self.match(rel, rest)
+            # ``**`` spans zero or more directories; a trailing one matches
+            # everything inside (not the directory itself), as in gitignore.
+            if rest:
+                self.match(rel, rest)
             for name, is_dir in self.children(rel):
-                if is_dir and self.visible(name, b""):
-                    self.match(os.path.join(rel, name), segments)
+                if not self.visible(name, b""):
+                    continue
+                child = os.path.join(rel, name)
+                if not rest:
+                    self.found.add(child)
+                if is_dir:
+                    self.match(child, segments)
         elif not MAGIC.search(segment):
             child = os.path.join(rel, segment)
             if os.path.lexists(os.path.join(self.root, child)):
