@@ -1,0 +1,42 @@
+"""Fixtures for the E2B provider: the fake E2B service on 127.0.0.1 (see
+``tests/fakes/e2b_server.py``) and providers and sandboxes pointed at it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("e2b", reason="the e2b extra is not installed: pip install -e '.[e2b]'")
+
+from sandbox_sdk.providers.e2b import E2BProvider, E2BSandbox  # noqa: E402
+from tests.fakes.e2b_server import FakeE2BServer  # noqa: E402
+
+#: The only API key the fake accepts.
+API_KEY = "e2b_fake_test_key"
+
+
+@pytest.fixture(scope="session")
+def fake_e2b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeE2BServer]:
+    """One fake E2B service for the whole session, on an ephemeral loopback port."""
+    fake = FakeE2BServer(api_key=API_KEY, base_dir=tmp_path_factory.mktemp("fake-e2b"))
+    fake.start()
+    yield fake
+    fake.stop()
+
+
+def make_provider(fake: FakeE2BServer, **options: object) -> E2BProvider:
+    return E2BProvider(api_key=API_KEY, api_url=fake.url, sandbox_url=fake.url, **options)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def provider(fake_e2b: FakeE2BServer) -> E2BProvider:
+    return make_provider(fake_e2b)
+
+
+@pytest.fixture
+def e2b_sandbox(provider: E2BProvider) -> Iterator[E2BSandbox]:
+    """A fresh sandbox for one test, deleted afterwards."""
+    sandbox = provider.create()
+    yield sandbox
+    provider.delete(sandbox_id=sandbox.id)
