@@ -54,6 +54,7 @@ import contextlib
 import datetime as dt
 import email.parser
 import email.policy
+import errno
 import os
 import secrets
 import shutil
@@ -480,10 +481,18 @@ def _multipart_files(content_type: str, body: bytes, query_path: str | None) -> 
     return files
 
 
+def _ensure_dirs(directory: Path) -> None:
+    """``os.MkdirAll`` as Go does it: an existing non-directory on the way is ENOTDIR."""
+    for ancestor in [*reversed(directory.parents), directory]:
+        if ancestor.exists() and not ancestor.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(ancestor))
+    directory.mkdir(parents=True, exist_ok=True)
+
+
 def _write_file(path: Path, content: bytes) -> tuple[int, str]:
     """Write in place (truncate, then write) with parents created, as envd does; (status, message)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _ensure_dirs(path.parent)
     except OSError as exc:
         return 500, f"error ensuring directories: {_go_error('mkdir', exc)}"
     if path.is_dir():
@@ -670,7 +679,7 @@ class _FilesystemService(filesystem_connect.Filesystem):
         sandbox = _sandbox_of(self._fake, ctx)
         source, destination = sandbox.resolve(request.source), sandbox.resolve(request.destination)
         try:
-            destination.parent.mkdir(parents=True, exist_ok=True)
+            _ensure_dirs(destination.parent)
         except OSError as exc:
             message = f"error ensuring directories: {_go_error('mkdir', exc)}"
             raise ConnectError(Code.INTERNAL, message) from exc

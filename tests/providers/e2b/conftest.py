@@ -9,11 +9,9 @@ import pytest
 
 pytest.importorskip("e2b", reason="the e2b extra is not installed: pip install -e '.[e2b]'")
 
-from sandbox_sdk.providers.e2b import E2BProvider, E2BSandbox  # noqa: E402
-from tests.fakes.e2b_server import FakeE2BServer  # noqa: E402
-
-#: The only API key the fake accepts.
-API_KEY = "e2b_fake_test_key"
+from sandbox_sdk.providers.e2b import E2BProvider, E2BSandbox
+from tests.fakes.e2b_server import FakeE2BServer
+from tests.providers.e2b.support import API_KEY, make_provider
 
 
 @pytest.fixture(scope="session")
@@ -23,10 +21,6 @@ def fake_e2b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeE2BServer
     fake.start()
     yield fake
     fake.stop()
-
-
-def make_provider(fake: FakeE2BServer, **options: object) -> E2BProvider:
-    return E2BProvider(api_key=API_KEY, api_url=fake.url, sandbox_url=fake.url, **options)  # type: ignore[arg-type]
 
 
 @pytest.fixture

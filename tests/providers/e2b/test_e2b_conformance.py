@@ -11,12 +11,12 @@ import pytest
 
 pytest.importorskip("e2b", reason="the e2b extra is not installed: pip install -e '.[e2b]'")
 
-from e2b import AsyncSandbox  # noqa: E402
+from e2b import AsyncSandbox
 
-from sandbox_sdk.providers.e2b import E2BSandbox  # noqa: E402
-from sandbox_sdk.testing import SandboxConformanceTests  # noqa: E402
-from tests.fakes.e2b_server import FakeE2BServer  # noqa: E402
-from tests.providers.e2b.conftest import API_KEY, make_provider  # noqa: E402
+from sandbox_sdk.providers.e2b import E2BSandbox
+from sandbox_sdk.testing import SandboxConformanceTests
+from tests.fakes.e2b_server import FakeE2BServer
+from tests.providers.e2b.support import API_KEY, make_provider
 
 
 class TestE2BSandbox(SandboxConformanceTests):
