@@ -82,8 +82,13 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
                 f"E2B needs an API key: set {API_KEY_ENV} or pass api_key= (https://e2b.dev/dashboard?tab=keys)"
             )
         self._check_ttl(sandbox_timeout)
-        connection = {"api_key": api_key, "domain": domain, "api_url": api_url,
-                      "sandbox_url": sandbox_url, "request_timeout": request_timeout}
+        connection = {
+            "api_key": api_key,
+            "domain": domain,
+            "api_url": api_url,
+            "sandbox_url": sandbox_url,
+            "request_timeout": request_timeout,
+        }
         self._connection: dict[str, Any] = {k: v for k, v in connection.items() if v is not None}
         self.template = template
         self.sandbox_timeout = sandbox_timeout
@@ -114,8 +119,13 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
     ) -> dict[str, Any]:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise errors.InvalidArgumentError(f"limit must be an int >= 1, not {limit!r}")
-        return {"query": SandboxQuery(metadata=_check_labels(labels or {})), "limit": limit,
-                "next_token": cursor, "order": "asc", **self._connection}
+        return {
+            "query": SandboxQuery(metadata=_check_labels(labels or {})),
+            "limit": limit,
+            "next_token": cursor,
+            "order": "asc",
+            **self._connection,
+        }
 
     # -- sync -----------------------------------------------------------------------------
 

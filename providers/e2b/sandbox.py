@@ -104,8 +104,12 @@ class _CommandRun:
         self.started = time.monotonic()
 
     def kwargs(self) -> dict[str, Any]:
-        return {"timeout": self.timeout, "on_stdout": self.output.add, "on_stderr": self.output.add,
-                "retain_output": False}
+        return {
+            "timeout": self.timeout,
+            "on_stdout": self.output.add,
+            "on_stderr": self.output.add,
+            "retain_output": False,
+        }
 
     def response(self, exit_code: int | None, *, timed_out: bool = False) -> ExecuteResponse:
         return ExecuteResponse(

@@ -164,8 +164,9 @@ class FakeE2BServer:
 
     # -- test controls -------------------------------------------------
 
-    def fail_next(self, status: int, message: str = "injected failure", *, count: int = 1,
-                  retry: bool = False) -> None:
+    def fail_next(
+        self, status: int, message: str = "injected failure", *, count: int = 1, retry: bool = False
+    ) -> None:
         """Answer the next ``count`` control-plane requests with ``status``.
 
         ``retry`` sets the ``Should-Retry`` header the SDK obeys, so a test of a
@@ -184,11 +185,11 @@ class FakeE2BServer:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
-        config = uvicorn.Config(self.app, lifespan="off", log_level="warning", http="h11",
-                                timeout_graceful_shutdown=1)
+        config = uvicorn.Config(
+            self.app, lifespan="off", log_level="warning", http="h11", timeout_graceful_shutdown=1
+        )
         server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
-                                  name="fake-e2b")
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="fake-e2b")
         thread.start()
         deadline = time.monotonic() + 10
         while not server.started:
@@ -228,26 +229,29 @@ class FakeE2BServer:
     # -- app -----------------------------------------------------------
 
     def _build_app(self) -> ASGIApp:
-        rest = Starlette(routes=[
-            Route("/v2/sandboxes", self._create, methods=["POST"]),
-            Route("/v2/sandboxes", self._list, methods=["GET"]),
-            Route("/v2/sandboxes/{sandbox_id}/connect", self._connect, methods=["POST"]),
-            Route("/sandboxes/{sandbox_id}", self._detail, methods=["GET"]),
-            Route("/sandboxes/{sandbox_id}", self._kill, methods=["DELETE"]),
-            Route("/sandboxes/{sandbox_id}/timeout", self._set_timeout, methods=["POST"]),
-            Route("/health", self._health, methods=["GET"]),
-            Route("/files", self._download, methods=["GET"]),
-            Route("/files", self._upload, methods=["POST"]),
-        ])
-        process_app = process_connect.ProcessASGIApplication(
-            _ProcessService(self), codecs=[ENVD_JSON_CODEC]
+        rest = Starlette(
+            routes=[
+                Route("/v2/sandboxes", self._create, methods=["POST"]),
+                Route("/v2/sandboxes", self._list, methods=["GET"]),
+                Route("/v2/sandboxes/{sandbox_id}/connect", self._connect, methods=["POST"]),
+                Route("/sandboxes/{sandbox_id}", self._detail, methods=["GET"]),
+                Route("/sandboxes/{sandbox_id}", self._kill, methods=["DELETE"]),
+                Route("/sandboxes/{sandbox_id}/timeout", self._set_timeout, methods=["POST"]),
+                Route("/health", self._health, methods=["GET"]),
+                Route("/files", self._download, methods=["GET"]),
+                Route("/files", self._upload, methods=["POST"]),
+            ]
         )
+        process_app = process_connect.ProcessASGIApplication(_ProcessService(self), codecs=[ENVD_JSON_CODEC])
         filesystem_app = filesystem_connect.FilesystemASGIApplication(
             _FilesystemService(self), codecs=[ENVD_JSON_CODEC]
         )
 
-        async def app(scope: MutableMapping[str, Any], receive: Callable[[], Awaitable[Any]],
-                      send: Callable[[Any], Awaitable[None]]) -> None:
+        async def app(
+            scope: MutableMapping[str, Any],
+            receive: Callable[[], Awaitable[Any]],
+            send: Callable[[Any], Awaitable[None]],
+        ) -> None:
             if scope["type"] != "http":
                 return
             path: str = scope["path"]
@@ -283,8 +287,9 @@ class FakeE2BServer:
                 injected.remaining -= 1
                 if injected.remaining <= 0:
                     self._injected.pop(0)
-                return _error(injected.status, injected.message,
-                              {"Should-Retry": "true" if injected.retry else "false"})
+                return _error(
+                    injected.status, injected.message, {"Should-Retry": "true" if injected.retry else "false"}
+                )
         return None
 
     def _sandbox_json(self, sandbox: FakeSandbox) -> dict[str, Any]:
@@ -339,7 +344,7 @@ class FakeE2BServer:
             return refusal
         sandbox = self._live(request.path_params["sandbox_id"])
         if sandbox is None:
-            return _error(404, f"sandbox \"{request.path_params['sandbox_id']}\" doesn't exist")
+            return _error(404, f'sandbox "{request.path_params["sandbox_id"]}" doesn\'t exist')
         body = await request.json()
         if "timeout" in body:
             wanted = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=int(body["timeout"]))
@@ -352,15 +357,20 @@ class FakeE2BServer:
         self._reap_expired()
         wanted: dict[str, str] = {}
         if raw := request.query_params.get("metadata"):
-            wanted = {urllib.parse.unquote(k): urllib.parse.unquote(v)
-                      for k, v in urllib.parse.parse_qsl(raw, keep_blank_values=True)}
+            wanted = {
+                urllib.parse.unquote(k): urllib.parse.unquote(v)
+                for k, v in urllib.parse.parse_qsl(raw, keep_blank_values=True)
+            }
         states = request.query_params.get("state", "running,paused").split(",")
         limit = int(request.query_params.get("limit", DEFAULT_PAGE_LIMIT))
         if limit < 1:
             return _error(400, "limit must be positive")
         matching = sorted(
-            (s for s in self.sandboxes.values()
-             if "running" in states and all(s.metadata.get(k) == v for k, v in wanted.items())),
+            (
+                s
+                for s in self.sandboxes.values()
+                if "running" in states and all(s.metadata.get(k) == v for k, v in wanted.items())
+            ),
             key=lambda s: (s.started_at, s.sandbox_id),
             reverse=request.query_params.get("order") == "desc",
         )
@@ -370,7 +380,7 @@ class FakeE2BServer:
                 start = int(base64.urlsafe_b64decode(token.encode()).decode())
             except ValueError:
                 return _error(400, "invalid next token")
-        page = matching[start:start + limit]
+        page = matching[start : start + limit]
         headers = {}
         if start + limit < len(matching):
             headers["x-next-token"] = base64.urlsafe_b64encode(str(start + limit).encode()).decode()
@@ -381,7 +391,7 @@ class FakeE2BServer:
             return refusal
         sandbox = self._live(request.path_params["sandbox_id"])
         if sandbox is None:
-            return _error(404, f"sandbox \"{request.path_params['sandbox_id']}\" doesn't exist")
+            return _error(404, f'sandbox "{request.path_params["sandbox_id"]}" doesn\'t exist')
         return JSONResponse({**self._listed_json(sandbox), "envdAccessToken": sandbox.access_token})
 
     async def _kill(self, request: Request) -> Response:
@@ -389,7 +399,7 @@ class FakeE2BServer:
             return refusal
         sandbox = self._live(request.path_params["sandbox_id"])
         if sandbox is None:
-            return _error(404, f"sandbox \"{request.path_params['sandbox_id']}\" doesn't exist")
+            return _error(404, f'sandbox "{request.path_params["sandbox_id"]}" doesn\'t exist')
         self._destroy(sandbox)
         return Response(status_code=204)
 
@@ -398,7 +408,7 @@ class FakeE2BServer:
             return refusal
         sandbox = self._live(request.path_params["sandbox_id"])
         if sandbox is None:
-            return _error(404, f"sandbox \"{request.path_params['sandbox_id']}\" doesn't exist")
+            return _error(404, f'sandbox "{request.path_params["sandbox_id"]}" doesn\'t exist')
         body = await request.json()
         sandbox.end_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=int(body["timeout"]))
         return Response(status_code=204)
@@ -516,12 +526,14 @@ def _end_event(returncode: int) -> process_pb.ProcessEvent.EndEvent:
     """envd's end event: Go's exit code (-1 after a signal), status and error strings."""
     if returncode < 0:
         name = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated"}.get(
-            signal.Signals(-returncode), signal.Signals(-returncode).name.lower())
+            signal.Signals(-returncode), signal.Signals(-returncode).name.lower()
+        )
         text = f"signal: {name}"
         return process_pb.ProcessEvent.EndEvent(exit_code=-1, exited=False, status=text, error=text)
     text = f"exit status {returncode}"
     return process_pb.ProcessEvent.EndEvent(
-        exit_code=returncode, exited=True, status=text, error=text if returncode else None)
+        exit_code=returncode, exited=True, status=text, error=text if returncode else None
+    )
 
 
 def _start_response(event: Any) -> process_pb.StartResponse:
@@ -534,9 +546,11 @@ class _ProcessService(process_connect.Process):
     def __init__(self, fake: FakeE2BServer) -> None:
         self._fake = fake
 
-    async def start(self, request: process_pb.StartRequest,
-                    ctx: RequestContext[process_pb.StartRequest, process_pb.StartResponse]
-                    ) -> AsyncIterator[process_pb.StartResponse]:
+    async def start(
+        self,
+        request: process_pb.StartRequest,
+        ctx: RequestContext[process_pb.StartRequest, process_pb.StartResponse],
+    ) -> AsyncIterator[process_pb.StartResponse]:
         sandbox = _sandbox_of(self._fake, ctx)
         config = request.process
         if config is None or not config.cmd:
@@ -546,8 +560,14 @@ class _ProcessService(process_connect.Process):
         cwd = sandbox.resolve(config.cwd) if config.has_field("cwd") and config.cwd else sandbox.home
         if not cwd.exists():
             raise ConnectError(Code.INVALID_ARGUMENT, f"cwd '{cwd}' does not exist")
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(sandbox.home),
-               "USER": "user", "LOGNAME": "user", **sandbox.env_vars, **dict(config.envs)}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(sandbox.home),
+            "USER": "user",
+            "LOGNAME": "user",
+            **sandbox.env_vars,
+            **dict(config.envs),
+        }
         timeout_header = ctx.request_headers.get("connect-timeout-ms")
         try:
             timeout = int(timeout_header) / 1000 if timeout_header else 0.0
@@ -555,9 +575,14 @@ class _ProcessService(process_connect.Process):
             raise ConnectError(Code.INVALID_ARGUMENT, str(exc)) from exc
         try:
             process = await asyncio.create_subprocess_exec(
-                config.cmd, *config.args, cwd=cwd, env=env, start_new_session=True,
+                config.cmd,
+                *config.args,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
                 stdin=asyncio.subprocess.PIPE if request.stdin else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
             )
         except OSError as exc:
             raise ConnectError(Code.INVALID_ARGUMENT, f"error starting process: {exc}") from exc
@@ -578,8 +603,10 @@ class _ProcessService(process_connect.Process):
                 await queue.put(event)
             await queue.put(None)
 
-        pumps = [asyncio.create_task(pump(process.stdout, True)),
-                 asyncio.create_task(pump(process.stderr, False))]
+        pumps = [
+            asyncio.create_task(pump(process.stdout, True)),
+            asyncio.create_task(pump(process.stderr, False)),
+        ]
         try:
             yield _start_response(Oneof("start", process_pb.ProcessEvent.StartEvent(pid=process.pid)))
             open_streams = len(pumps)
@@ -598,9 +625,11 @@ class _ProcessService(process_connect.Process):
                 task.cancel()
             sandbox.processes.pop(process.pid, None)
 
-    async def send_signal(self, request: process_pb.SendSignalRequest,
-                          ctx: RequestContext[process_pb.SendSignalRequest, process_pb.SendSignalResponse]
-                          ) -> process_pb.SendSignalResponse:
+    async def send_signal(
+        self,
+        request: process_pb.SendSignalRequest,
+        ctx: RequestContext[process_pb.SendSignalRequest, process_pb.SendSignalResponse],
+    ) -> process_pb.SendSignalResponse:
         sandbox = _sandbox_of(self._fake, ctx)
         selector = request.process.selector if request.process is not None else None
         pid = selector.value if isinstance(selector, Oneof) and selector.field == "pid" else None
@@ -612,28 +641,39 @@ class _ProcessService(process_connect.Process):
             os.killpg(process.pid, number)
         return process_pb.SendSignalResponse()
 
-    async def list(self, request: process_pb.ListRequest,
-                   ctx: RequestContext[process_pb.ListRequest, process_pb.ListResponse]
-                   ) -> process_pb.ListResponse:
+    async def list(
+        self,
+        request: process_pb.ListRequest,
+        ctx: RequestContext[process_pb.ListRequest, process_pb.ListResponse],
+    ) -> process_pb.ListResponse:
         sandbox = _sandbox_of(self._fake, ctx)
-        return process_pb.ListResponse(processes=[
-            process_pb.ProcessInfo(pid=pid, config=process_pb.ProcessConfig(cmd="/bin/bash"))
-            for pid in sandbox.processes
-        ])
+        return process_pb.ListResponse(
+            processes=[
+                process_pb.ProcessInfo(pid=pid, config=process_pb.ProcessConfig(cmd="/bin/bash"))
+                for pid in sandbox.processes
+            ]
+        )
 
 
 def _entry(path: Path) -> filesystem_pb.EntryInfo:
     info = path.lstat()
     is_link = stat.S_ISLNK(info.st_mode)
     target_info = path.stat() if is_link and path.exists() else info
-    kind = (filesystem_pb.FileType.DIRECTORY if stat.S_ISDIR(target_info.st_mode)
-            else filesystem_pb.FileType.FILE)
+    kind = (
+        filesystem_pb.FileType.DIRECTORY if stat.S_ISDIR(target_info.st_mode) else filesystem_pb.FileType.FILE
+    )
     return filesystem_pb.EntryInfo(
-        name=path.name, type=kind, path=str(path), size=info.st_size,
-        mode=stat.S_IMODE(info.st_mode), permissions=stat.filemode(info.st_mode),
-        owner="user", group="user",
+        name=path.name,
+        type=kind,
+        path=str(path),
+        size=info.st_size,
+        mode=stat.S_IMODE(info.st_mode),
+        permissions=stat.filemode(info.st_mode),
+        owner="user",
+        group="user",
         modified_time=Timestamp(seconds=int(info.st_mtime), nanos=info.st_mtime_ns % 1_000_000_000),
-        symlink_target=os.readlink(path) if is_link else None, is_symlink=is_link,
+        symlink_target=os.readlink(path) if is_link else None,
+        is_symlink=is_link,
     )
 
 
@@ -652,15 +692,19 @@ class _FilesystemService(filesystem_connect.Filesystem):
     def __init__(self, fake: FakeE2BServer) -> None:
         self._fake = fake
 
-    async def stat(self, request: filesystem_pb.StatRequest,
-                   ctx: RequestContext[filesystem_pb.StatRequest, filesystem_pb.StatResponse]
-                   ) -> filesystem_pb.StatResponse:
+    async def stat(
+        self,
+        request: filesystem_pb.StatRequest,
+        ctx: RequestContext[filesystem_pb.StatRequest, filesystem_pb.StatResponse],
+    ) -> filesystem_pb.StatResponse:
         sandbox = _sandbox_of(self._fake, ctx)
         return filesystem_pb.StatResponse(entry=_stat_or_error(sandbox.resolve(request.path)))
 
-    async def make_dir(self, request: filesystem_pb.MakeDirRequest,
-                       ctx: RequestContext[filesystem_pb.MakeDirRequest, filesystem_pb.MakeDirResponse]
-                       ) -> filesystem_pb.MakeDirResponse:
+    async def make_dir(
+        self,
+        request: filesystem_pb.MakeDirRequest,
+        ctx: RequestContext[filesystem_pb.MakeDirRequest, filesystem_pb.MakeDirResponse],
+    ) -> filesystem_pb.MakeDirResponse:
         sandbox = _sandbox_of(self._fake, ctx)
         path = sandbox.resolve(request.path)
         if path.is_dir():
@@ -673,9 +717,11 @@ class _FilesystemService(filesystem_connect.Filesystem):
             raise ConnectError(Code.INTERNAL, f"error creating directory: {_go_error('mkdir', exc)}") from exc
         return filesystem_pb.MakeDirResponse(entry=_entry(path))
 
-    async def move(self, request: filesystem_pb.MoveRequest,
-                   ctx: RequestContext[filesystem_pb.MoveRequest, filesystem_pb.MoveResponse]
-                   ) -> filesystem_pb.MoveResponse:
+    async def move(
+        self,
+        request: filesystem_pb.MoveRequest,
+        ctx: RequestContext[filesystem_pb.MoveRequest, filesystem_pb.MoveResponse],
+    ) -> filesystem_pb.MoveResponse:
         sandbox = _sandbox_of(self._fake, ctx)
         source, destination = sandbox.resolve(request.source), sandbox.resolve(request.destination)
         try:
@@ -694,9 +740,11 @@ class _FilesystemService(filesystem_connect.Filesystem):
             raise ConnectError(Code.INTERNAL, f"error renaming: {_go_error('rename', exc)}") from exc
         return filesystem_pb.MoveResponse(entry=_entry(destination))
 
-    async def remove(self, request: filesystem_pb.RemoveRequest,
-                     ctx: RequestContext[filesystem_pb.RemoveRequest, filesystem_pb.RemoveResponse]
-                     ) -> filesystem_pb.RemoveResponse:
+    async def remove(
+        self,
+        request: filesystem_pb.RemoveRequest,
+        ctx: RequestContext[filesystem_pb.RemoveRequest, filesystem_pb.RemoveResponse],
+    ) -> filesystem_pb.RemoveResponse:
         sandbox = _sandbox_of(self._fake, ctx)
         path = sandbox.resolve(request.path)
         try:
@@ -709,9 +757,11 @@ class _FilesystemService(filesystem_connect.Filesystem):
             raise ConnectError(Code.INTERNAL, message) from exc
         return filesystem_pb.RemoveResponse()
 
-    async def list_dir(self, request: filesystem_pb.ListDirRequest,
-                       ctx: RequestContext[filesystem_pb.ListDirRequest, filesystem_pb.ListDirResponse]
-                       ) -> filesystem_pb.ListDirResponse:
+    async def list_dir(
+        self,
+        request: filesystem_pb.ListDirRequest,
+        ctx: RequestContext[filesystem_pb.ListDirRequest, filesystem_pb.ListDirResponse],
+    ) -> filesystem_pb.ListDirResponse:
         sandbox = _sandbox_of(self._fake, ctx)
         path = sandbox.resolve(request.path)
         if request.depth > 1:

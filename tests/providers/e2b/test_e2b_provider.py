@@ -114,7 +114,7 @@ def test_list_filters_by_labels_and_follows_cursors(provider: E2BProvider) -> No
             if page.next_cursor is None:
                 break
             cursor = page.next_cursor
-        assert pages == [[s.id for s in mine[i:i + 2]] for i in (0, 2, 4)]
+        assert pages == [[s.id for s in mine[i : i + 2]] for i in (0, 2, 4)]
         infos = list(provider.iter_sandboxes(labels=labels, page_size=3))
         assert [info.id for info in infos] == [s.id for s in mine]
         assert all(info.labels == labels and info.status == "running" for info in infos)

@@ -165,16 +165,18 @@ def test_upload_errors_are_per_file(fake_e2b: FakeE2BServer, e2b_sandbox: E2BSan
     home = home_of(fake_e2b, e2b_sandbox)
     (home / "a-dir").mkdir()
     (home / "a-file").write_bytes(b"plain")
-    responses = e2b_sandbox.upload_files([
-        ("first.txt", b"1"),
-        ("a-dir", b"onto a directory"),
-        ("", b"empty path"),
-        ("nul\0byte", b"x"),
-        ("slash/", b"x"),
-        ("a-file/child", b"under a file"),
-        (str(home / "missing-local"), home / "does-not-exist"),
-        ("last.txt", b"2"),
-    ])
+    responses = e2b_sandbox.upload_files(
+        [
+            ("first.txt", b"1"),
+            ("a-dir", b"onto a directory"),
+            ("", b"empty path"),
+            ("nul\0byte", b"x"),
+            ("slash/", b"x"),
+            ("a-file/child", b"under a file"),
+            (str(home / "missing-local"), home / "does-not-exist"),
+            ("last.txt", b"2"),
+        ]
+    )
     codes = [r.error for r in responses]
     assert codes[:5] == [None, "is_directory", "invalid_path", "invalid_path", "is_directory"]
     assert codes[5] is not None and "not a directory" in codes[5]
@@ -203,8 +205,13 @@ def test_upload_sources_and_progress(tmp_path: Path, e2b_sandbox: E2BSandbox) ->
     local.write_bytes(b"from a path")
     seen: list[tuple[int, int]] = []
     responses = e2b_sandbox.upload_files(
-        [("p.bin", local), ("s.bin", str(local)), ("f.bin", io.BytesIO(b"file object")),
-         ("b.bin", bytearray(b"bytearray")), ("m.bin", memoryview(b"memoryview"))],
+        [
+            ("p.bin", local),
+            ("s.bin", str(local)),
+            ("f.bin", io.BytesIO(b"file object")),
+            ("b.bin", bytearray(b"bytearray")),
+            ("m.bin", memoryview(b"memoryview")),
+        ],
         progress=lambda done, total: seen.append((done, total)),
     )
     assert all(r.error is None for r in responses)
@@ -221,7 +228,10 @@ def test_download_errors_are_per_file(fake_e2b: FakeE2BServer, e2b_sandbox: E2BS
     (home / "ok.txt").write_bytes(b"fine")
     responses = e2b_sandbox.download_files(["missing.txt", "dir", "", "ok.txt"])
     assert [(r.content, r.error) for r in responses] == [
-        (None, "file_not_found"), (None, "is_directory"), (None, "invalid_path"), (b"fine", None),
+        (None, "file_not_found"),
+        (None, "is_directory"),
+        (None, "invalid_path"),
+        (b"fine", None),
     ]
 
 
@@ -247,8 +257,9 @@ async def test_async_transfers(fake_e2b: FakeE2BServer, e2b_sandbox: E2BSandbox)
 async def test_sandbox_from_async_sdk_object_works_both_ways(fake_e2b: FakeE2BServer) -> None:
     from e2b import AsyncSandbox
 
-    native = await AsyncSandbox.create(timeout=60, api_key=API_KEY, api_url=fake_e2b.url,
-                                       sandbox_url=fake_e2b.url)
+    native = await AsyncSandbox.create(
+        timeout=60, api_key=API_KEY, api_url=fake_e2b.url, sandbox_url=fake_e2b.url
+    )
     sandbox = E2BSandbox(native)
     try:
         assert (await sandbox.aexecute("echo async")).output == "async\n"
