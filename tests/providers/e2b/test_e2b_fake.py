@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("e2b", reason="the e2b extra is not installed: pip install -e '.[e2b]'")
 
 from e2b import (
+    ApiParams,
     AsyncSandbox,
     CommandExitException,
     FileNotFoundException,
@@ -27,19 +28,19 @@ from tests.providers.e2b.support import API_KEY
 
 
 @pytest.fixture
-def options(fake_e2b: FakeE2BServer) -> dict[str, str]:
-    return {"api_key": API_KEY, "api_url": fake_e2b.url, "sandbox_url": fake_e2b.url}
+def options(fake_e2b: FakeE2BServer) -> ApiParams:
+    return ApiParams(api_key=API_KEY, api_url=fake_e2b.url, sandbox_url=fake_e2b.url)
 
 
 @pytest.fixture
-def sdk_sandbox(options: dict[str, str]) -> Iterator[Sandbox]:
+def sdk_sandbox(options: ApiParams) -> Iterator[Sandbox]:
     sandbox = Sandbox.create(timeout=120, **options)
     yield sandbox
     sandbox.kill()
 
 
 @pytest.fixture
-async def sdk_async_sandbox(options: dict[str, str]) -> AsyncIterator[AsyncSandbox]:
+async def sdk_async_sandbox(options: ApiParams) -> AsyncIterator[AsyncSandbox]:
     sandbox = await AsyncSandbox.create(timeout=120, **options)
     yield sandbox
     await sandbox.kill()
@@ -109,7 +110,7 @@ def test_files_like_envd(fake_e2b: FakeE2BServer, sdk_sandbox: Sandbox) -> None:
     assert not (home / "moved").exists()
 
 
-def test_list_filters_and_pages(options: dict[str, str]) -> None:
+def test_list_filters_and_pages(options: ApiParams) -> None:
     tag = os.urandom(4).hex()
     made = [Sandbox.create(timeout=60, metadata={"tag": tag, "n": str(i)}, **options) for i in range(3)]
     try:
@@ -127,7 +128,7 @@ def test_list_filters_and_pages(options: dict[str, str]) -> None:
             sandbox.kill()
 
 
-def test_killed_sandbox_is_gone(options: dict[str, str]) -> None:
+def test_killed_sandbox_is_gone(options: ApiParams) -> None:
     sandbox = Sandbox.create(timeout=60, **options)
     assert sandbox.kill()
     assert not Sandbox.kill(sandbox.sandbox_id, **options)
@@ -147,10 +148,5 @@ async def test_async_sdk_against_the_fake(fake_e2b: FakeE2BServer, sdk_async_san
     await sdk_async_sandbox.files.rename("x/y.txt", "x/z.txt")
     home = fake_e2b.sandbox(sdk_async_sandbox.sandbox_id).home
     assert (home / "x/z.txt").read_bytes() == b"async"
-    paginator = AsyncSandbox.list(
-        query=SandboxQuery(metadata={}),
-        api_key=API_KEY,
-        api_url=fake_e2b.url,
-        sandbox_url=fake_e2b.url,
-    )
+    paginator = AsyncSandbox.list(api_key=API_KEY, api_url=fake_e2b.url, sandbox_url=fake_e2b.url)
     assert sdk_async_sandbox.sandbox_id in {s.sandbox_id for s in await paginator.next_items()}
