@@ -31,9 +31,19 @@ T = TypeVar("T")
 
 #: Command timeout when ``execute`` is given none: the SDK's own default.
 DEFAULT_TIMEOUT = 60.0
-#: Put in front of every command so stderr joins stdout in order: envd streams
-#: the two separately, and our contract is one merged stream.
-MERGE_STDERR = "exec 2>&1\n"
+#: Put in front of every command. ``exec 2>&1``: envd streams stdout and
+#: stderr separately, our contract is one merged stream in order. Then the
+#: shell re-executes its own ``-c`` string under ``setsid`` (same pid: the
+#: shell is not a group leader, so setsid does not fork), making the command a
+#: process group of its own that a timeout can kill whole: envd's deadline
+#: kills the shell alone and would leave what it started running.
+COMMAND_PREFIX = (
+    "exec 2>&1\n"
+    'if [ -z "${SBX_OWN_GROUP-}" ] && command -v setsid >/dev/null 2>&1; then'
+    ' SBX_OWN_GROUP=1 exec setsid bash -l -c "$BASH_EXECUTION_STRING"; fi; unset SBX_OWN_GROUP\n'
+)
+#: Timeout of the command that kills a timed-out command's process group.
+GROUP_KILL_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -100,16 +110,17 @@ class _CommandRun:
             raise errors.InvalidArgumentError("command must be a str")
         self.timeout = timeout
         self.output = _Output(max_output_bytes)
-        self.command = MERGE_STDERR + command
+        self.command = COMMAND_PREFIX + command
         self.started = time.monotonic()
 
-    def kwargs(self) -> dict[str, Any]:
-        return {
-            "timeout": self.timeout,
-            "on_stdout": self.output.add,
-            "on_stderr": self.output.add,
-            "retain_output": False,
-        }
+    def start_kwargs(self) -> dict[str, Any]:
+        """``commands.run`` arguments: in the background, to learn the pid."""
+        return {"background": True, "timeout": self.timeout, "retain_output": False}
+
+    @staticmethod
+    def group_kill(pid: int) -> str:
+        """The command that kills what a timed-out command left behind."""
+        return f"kill -KILL -- -{pid} 2>/dev/null; exit 0"
 
     def response(self, exit_code: int | None, *, timed_out: bool = False) -> ExecuteResponse:
         return ExecuteResponse(
@@ -243,18 +254,40 @@ class E2BSandbox(BaseSandbox):
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
         run = _CommandRun(command, self._command_timeout(timeout), self.max_output_bytes)
+        commands = self.sdk_sandbox.commands
+        pid: int | None = None
         try:
-            result = self.sdk_sandbox.commands.run(run.command, **run.kwargs())
+            handle = commands.run(run.command, **run.start_kwargs())
+            pid = handle.pid
+            result = handle.wait(on_stdout=run.output.add, on_stderr=run.output.add)
         except Exception as exc:  # noqa: BLE001 - sorted out by _CommandRun.failed
-            return run.failed(exc)
+            response = run.failed(exc)
+            if response.timed_out and pid is not None:
+                try:
+                    commands.run(run.group_kill(pid), timeout=GROUP_KILL_TIMEOUT)
+                except Exception as kill_exc:
+                    raise map_error(kill_exc, "kill a timed-out command") from kill_exc
+            return response
         return run.response(result.exit_code)
 
     async def aexecute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
         run = _CommandRun(command, self._command_timeout(timeout), self.max_output_bytes)
+        commands = self.sdk_async_sandbox.commands
+        pid: int | None = None
         try:
-            result = await self.sdk_async_sandbox.commands.run(run.command, **run.kwargs())
+            handle = await commands.run(
+                run.command, on_stdout=run.output.add, on_stderr=run.output.add, **run.start_kwargs()
+            )
+            pid = handle.pid
+            result = await handle.wait()
         except Exception as exc:  # noqa: BLE001 - sorted out by _CommandRun.failed
-            return run.failed(exc)
+            response = run.failed(exc)
+            if response.timed_out and pid is not None:
+                try:
+                    await commands.run(run.group_kill(pid), timeout=GROUP_KILL_TIMEOUT)
+                except Exception as kill_exc:
+                    raise map_error(kill_exc, "kill a timed-out command") from kill_exc
+            return response
         return run.response(result.exit_code)
 
     # -- native transfers ------------------------------------------------------------------

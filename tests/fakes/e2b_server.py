@@ -32,13 +32,14 @@ found":
   answers UNIMPLEMENTED.
 
 Commands run for real: ``Start`` spawns the requested argv (the SDK sends
-``/bin/bash -l -c <cmd>``) in its own process group with envd's environment
+``/bin/bash -l -c <cmd>``) with envd's environment
 (``PATH``, ``HOME``, ``USER``, ``LOGNAME``, the sandbox's ``envVars``, then the
 request's ``envs``), in ``cwd`` (INVALID_ARGUMENT when it does not exist), stdin
-on ``/dev/null`` unless asked for, and kills the group at the
-``Connect-Timeout-Ms`` deadline; a client that goes away does not kill the
-command, as in envd. An exit by signal reports exit code -1 like Go's
-``ProcessState.ExitCode``.
+on ``/dev/null`` unless asked for. Like envd (Go's ``exec.CommandContext``),
+the command stays in the daemon's process group and the ``Connect-Timeout-Ms``
+deadline and ``SendSignal`` reach the command's own process only, not what it
+started; a client that goes away does not kill the command. An exit by
+signal reports exit code -1, as Go's ``ProcessState.ExitCode`` does.
 
 Each sandbox owns a temporary directory that is its home and default working
 directory; relative paths and ``~`` resolve against it. The fake does not
@@ -127,13 +128,20 @@ class FakeSandbox:
         return Path(os.path.normpath(resolved))
 
     def kill_processes(self) -> None:
+        """Everything the sandbox runs dies with it: each command's own process
+        group when it made one (never the fake's), else the command itself."""
         for process in list(self.processes.values()):
-            _kill_group(process)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                group = os.getpgid(process.pid)
+                if group != os.getpgrp():
+                    os.killpg(group, signal.SIGKILL)
+            _kill(process, signal.SIGKILL)
 
 
-def _kill_group(process: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
+def _kill(process: asyncio.subprocess.Process, number: int = signal.SIGKILL) -> None:
+    """Signal the command's own process only, as envd does (Go's ``exec.CommandContext``)."""
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(number)
 
 
 @dataclass
@@ -579,7 +587,6 @@ class _ProcessService(process_connect.Process):
                 *config.args,
                 cwd=cwd,
                 env=env,
-                start_new_session=True,
                 stdin=asyncio.subprocess.PIPE if request.stdin else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -588,7 +595,7 @@ class _ProcessService(process_connect.Process):
             raise ConnectError(Code.INVALID_ARGUMENT, f"error starting process: {exc}") from exc
         sandbox.processes[process.pid] = process
         loop = asyncio.get_running_loop()
-        deadline = loop.call_later(timeout, _kill_group, process) if timeout > 0 else None
+        deadline = loop.call_later(timeout, _kill, process) if timeout > 0 else None
         queue: asyncio.Queue[process_pb.ProcessEvent.DataEvent | None] = asyncio.Queue()
 
         async def pump(stream: asyncio.StreamReader | None, is_stdout: bool) -> None:
@@ -636,9 +643,7 @@ class _ProcessService(process_connect.Process):
         process = sandbox.processes.get(pid) if isinstance(pid, int) else None
         if process is None:
             raise ConnectError(Code.NOT_FOUND, f"process with pid {pid} not found")
-        number = signal.SIGKILL if request.signal == process_pb.Signal.SIGKILL else signal.SIGTERM
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, number)
+        _kill(process, signal.SIGKILL if request.signal == process_pb.Signal.SIGKILL else signal.SIGTERM)
         return process_pb.SendSignalResponse()
 
     async def list(

@@ -62,14 +62,22 @@ def test_stdin_is_closed_unless_asked(sdk_sandbox: Sandbox) -> None:
     assert sdk_sandbox.commands.run("cat; echo done", timeout=5).stdout == "done\n"
 
 
-def test_deadline_kills_the_process_group(fake_e2b: FakeE2BServer, sdk_sandbox: Sandbox) -> None:
+def test_deadline_kills_the_command_but_not_what_it_started(
+    fake_e2b: FakeE2BServer, sdk_sandbox: Sandbox
+) -> None:
+    """envd's deadline reaches the shell alone (the provider kills the rest)."""
     home = fake_e2b.sandbox(sdk_sandbox.sandbox_id).home
     started = time.monotonic()
     with pytest.raises((TimeoutException, CommandExitException)):
-        sdk_sandbox.commands.run("(sleep 1; touch survivor) & sleep 30", timeout=0.5)
+        sdk_sandbox.commands.run("(sleep 0.8; touch survivor) & echo $$ > shell.pid; sleep 30", timeout=0.5)
     assert time.monotonic() - started < 5
-    time.sleep(1.5)
-    assert not (home / "survivor").exists()
+    shell = int((home / "shell.pid").read_text())
+    deadline = time.monotonic() + 5
+    while not (home / "survivor").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (home / "survivor").exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(shell, 0)
 
 
 def test_client_going_away_does_not_kill(fake_e2b: FakeE2BServer, sdk_sandbox: Sandbox) -> None:
