@@ -2,9 +2,9 @@
 
 Commands go through ``commands.run`` (envd runs them as ``bash -l -c``); file
 transfers go through the native file API (``files.write`` / ``files.read``).
-Every operation exists for the SDK's sync ``Sandbox`` and its native
-``AsyncSandbox``; each is written once as a generator of SDK calls, which a
-sync and an async driver perform.
+Everything exists for the SDK's sync ``Sandbox`` and its native
+``AsyncSandbox``: a transfer is written once, as a generator of SDK file
+calls that a sync and an async driver perform.
 """
 
 from __future__ import annotations

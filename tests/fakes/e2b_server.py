@@ -139,9 +139,11 @@ class FakeSandbox:
 
 
 def _kill(process: asyncio.subprocess.Process, number: int = signal.SIGKILL) -> None:
-    """Signal the command's own process only, as envd does (Go's ``exec.CommandContext``)."""
-    with contextlib.suppress(ProcessLookupError):
-        process.send_signal(number)
+    """Signal the command's own process only, as envd does (Go's ``exec.CommandContext``).
+    ``os.kill`` rather than the transport, so any thread may call it."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, number)
 
 
 @dataclass
@@ -183,9 +185,12 @@ class FakeE2BServer:
             self._injected.append(InjectedError(status, message, count, retry))
 
     def sandbox(self, sandbox_id: str) -> FakeSandbox:
-        """The live sandbox with this id (KeyError once killed or expired)."""
-        self._reap_expired()
-        return self.sandboxes[sandbox_id]
+        """The live sandbox with this id (KeyError once killed or expired). For
+        tests, from their own thread: it reads the state and never changes it."""
+        sandbox = self.sandboxes[sandbox_id]
+        if sandbox.end_at <= dt.datetime.now(dt.UTC):
+            raise KeyError(sandbox_id)
+        return sandbox
 
     # -- lifecycle -----------------------------------------------------
 
@@ -209,13 +214,16 @@ class FakeE2BServer:
         return self.url
 
     def stop(self) -> None:
+        """Kill every sandbox's processes, stop serving, then remove the sandboxes' files."""
         for sandbox in list(self.sandboxes.values()):
-            self._destroy(sandbox)
+            sandbox.kill_processes()
         if self._server is not None and self._thread is not None:
             self._server.should_exit = True
             self._thread.join(timeout=10)
         if self._socket is not None:
             self._socket.close()
+        for sandbox in list(self.sandboxes.values()):
+            self._destroy(sandbox)
 
     # -- state ---------------------------------------------------------
 

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 pytest.importorskip("e2b", reason="the e2b extra is not installed: pip install -e '.[e2b]'")
+pytest.importorskip("starlette", reason="the fake E2B service needs starlette: pip install starlette")
+pytest.importorskip("uvicorn", reason="the fake E2B service needs uvicorn: pip install uvicorn")
 
 from sandbox_sdk.providers.e2b import E2BProvider, E2BSandbox
 from tests.fakes.e2b_server import FakeE2BServer
