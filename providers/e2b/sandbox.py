@@ -12,10 +12,11 @@ from __future__ import annotations
 import contextlib
 import posixpath
 import time
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import anyio
 from e2b import AsyncSandbox, CommandExitException, FileType, Sandbox
 from e2b import exceptions as e2b_errors
 
@@ -160,7 +161,7 @@ def _upload_one(path: str, data: UploadSource) -> FilesOp[tuple[FileUploadRespon
         source = _open_source(data)
     except (OSError, errors.SandboxError) as exc:
         return FileUploadResponse(path=path, error=f"cannot read local source: {exc}"), 0
-    staging = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.sbx-{new_token()}")
+    staging = posixpath.join(posixpath.dirname(path), f".sbx-upload-{new_token()}")
     try:
         yield FilesCall("write", (staging, source.stream))
         try:
@@ -320,6 +321,31 @@ class E2BSandbox(BaseSandbox):
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
+    async def _aperform_all(
+        self, operations: list[FilesOp[T]], paths: list[str], finished: Callable[[T], None]
+    ) -> list[T]:
+        """Run ``operations`` with up to ``transfer_concurrency`` in flight, results
+        in order. When paths repeat they run one after another, as listed, so the
+        last one wins as it would sequentially."""
+        if len(set(paths)) < len(paths):
+            ordered = []
+            for operation in operations:
+                ordered.append(await self._aperform(operation))
+                finished(ordered[-1])
+            return ordered
+        results: dict[int, T] = {}
+        limit = anyio.Semaphore(self.transfer_concurrency)
+
+        async def one(index: int) -> None:
+            async with limit:
+                results[index] = await self._aperform(operations[index])
+                finished(results[index])
+
+        async with anyio.create_task_group() as group:
+            for index in range(len(operations)):
+                group.start_soon(one, index)
+        return [results[index] for index in range(len(operations))]
+
     @staticmethod
     def _report(progress: Progress | None, done: list[int], count: int) -> None:
         """Progress counts each file's bytes once it is done (totals are not known ahead)."""
@@ -342,13 +368,16 @@ class E2BSandbox(BaseSandbox):
     async def aupload_files(
         self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
     ) -> list[FileUploadResponse]:
+        items = list(files)
         done: list[int] = [0]
-        results = []
-        for path, data in list(files):
-            response, sent = await self._aperform(_upload_one(path, data))
-            results.append(response)
-            self._report(progress, done, sent)
-        return results
+
+        def finished(outcome: tuple[FileUploadResponse, int]) -> None:
+            self._report(progress, done, outcome[1])
+
+        outcomes = await self._aperform_all(
+            [_upload_one(path, data) for path, data in items], [path for path, _ in items], finished
+        )
+        return [response for response, _ in outcomes]
 
     def download_files(
         self, paths: Iterable[str], *, progress: Progress | None = None
@@ -365,13 +394,13 @@ class E2BSandbox(BaseSandbox):
     async def adownload_files(
         self, paths: Iterable[str], *, progress: Progress | None = None
     ) -> list[FileDownloadResponse]:
+        wanted = list(paths)
         done: list[int] = [0]
-        results = []
-        for path in list(paths):
-            response = await self._aperform(_download_one(path))
-            results.append(response)
+
+        def finished(response: FileDownloadResponse) -> None:
             self._report(progress, done, len(response.content or b""))
-        return results
+
+        return await self._aperform_all([_download_one(path) for path in wanted], wanted, finished)
 
     def __repr__(self) -> str:
         return f"E2BSandbox(id={self.id!r})"

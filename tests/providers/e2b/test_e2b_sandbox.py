@@ -20,7 +20,7 @@ from sandbox_sdk import errors
 from sandbox_sdk.providers.e2b import E2BProvider, E2BSandbox
 from sandbox_sdk.providers.e2b._errors import map_error
 from sandbox_sdk.providers.e2b.sandbox import _CommandRun
-from sandbox_sdk.testing import HOSTILE_CONTENTS
+from sandbox_sdk.testing import HOSTILE_CONTENTS, HOSTILE_NAMES
 from sandbox_sdk.transfer import transfer_error
 from tests.fakes.e2b_server import FakeE2BServer
 from tests.providers.e2b.support import API_KEY
@@ -161,6 +161,16 @@ def test_upload_download_round_trip_in_order(fake_e2b: FakeE2BServer, e2b_sandbo
     assert [(r.path, r.content, r.error) for r in downloaded] == [(p, c, None) for p, c in reversed(files)]
 
 
+def test_hostile_names_round_trip(fake_e2b: FakeE2BServer, e2b_sandbox: E2BSandbox) -> None:
+    names = [name for name in HOSTILE_NAMES if isinstance(name, str)]
+    files = [(f"hostile/{name}", name.encode()) for name in names]
+    assert [r.error for r in e2b_sandbox.upload_files(files)] == [None] * len(files)
+    home = home_of(fake_e2b, e2b_sandbox)
+    assert sorted(p.name for p in (home / "hostile").iterdir()) == sorted(names)
+    downloaded = e2b_sandbox.download_files([path for path, _ in files])
+    assert [(r.content, r.error) for r in downloaded] == [(content, None) for _, content in files]
+
+
 def test_upload_errors_are_per_file(fake_e2b: FakeE2BServer, e2b_sandbox: E2BSandbox) -> None:
     home = home_of(fake_e2b, e2b_sandbox)
     (home / "a-dir").mkdir()
@@ -281,3 +291,25 @@ def test_large_file_streams_both_ways(tmp_path: Path, e2b_sandbox: E2BSandbox) -
     assert response.content is not None
     assert hashlib.sha256(response.content).digest() == hashlib.sha256(local.read_bytes()).digest()
     assert e2b_sandbox.stat("big/big.bin").size == local.stat().st_size
+
+
+async def test_async_transfers_run_concurrently_in_order(
+    fake_e2b: FakeE2BServer, e2b_sandbox: E2BSandbox
+) -> None:
+    files = [(f"many/{i:02}.txt", f"file {i}".encode()) for i in range(12)]
+    seen: list[int] = []
+    uploaded = await e2b_sandbox.aupload_files(files, progress=lambda done, _: seen.append(done))
+    assert [r.path for r in uploaded] == [path for path, _ in files]
+    assert all(r.error is None for r in uploaded)
+    assert seen[-1] == sum(len(content) for _, content in files)
+    downloaded = await e2b_sandbox.adownload_files([path for path, _ in reversed(files)])
+    assert [(r.path, r.content) for r in downloaded] == list(reversed(files))
+
+
+async def test_repeated_paths_keep_the_last_upload(fake_e2b: FakeE2BServer, e2b_sandbox: E2BSandbox) -> None:
+    home = home_of(fake_e2b, e2b_sandbox)
+    versions = [("same.txt", f"version {i}".encode()) for i in range(6)]
+    assert all(r.error is None for r in await e2b_sandbox.aupload_files(versions))
+    assert (home / "same.txt").read_bytes() == b"version 5"
+    assert all(r.error is None for r in e2b_sandbox.upload_files(list(reversed(versions))))
+    assert (home / "same.txt").read_bytes() == b"version 0"
