@@ -41,6 +41,11 @@ deadline and ``SendSignal`` reach the command's own process only, not what it
 started; a client that goes away does not kill the command. An exit by
 signal reports exit code -1, as Go's ``ProcessState.ExitCode`` does.
 
+Error messages carry Go's errno texts (``open /a: permission denied``), and
+renaming onto a directory fails with "file exists", as Go's ``os.Rename`` does.
+Tests inject control-plane failures with :meth:`FakeE2BServer.fail_next`
+(sent with ``Should-Retry: false`` unless asked, so the SDK does not retry).
+
 Each sandbox owns a temporary directory that is its home and default working
 directory; relative paths and ``~`` resolve against it. The fake does not
 isolate: absolute paths are host paths and commands run as the test's user, so
