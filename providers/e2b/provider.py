@@ -19,7 +19,7 @@ from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxInfo, SandboxPage
 from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.providers.e2b._errors import map_error
-from sandbox_sdk.providers.e2b.sandbox import DEFAULT_TIMEOUT, E2BSandbox
+from sandbox_sdk.providers.e2b.sandbox import DEFAULT_TIMEOUT, E2BSandbox, check_timeout
 
 #: Environment variable the SDK reads the API key from.
 API_KEY_ENV = "E2B_API_KEY"
@@ -92,7 +92,7 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
         self._connection: dict[str, Any] = {k: v for k, v in connection.items() if v is not None}
         self.template = template
         self.sandbox_timeout = sandbox_timeout
-        self.command_timeout = command_timeout
+        self.command_timeout = check_timeout(command_timeout)
 
     @staticmethod
     def _check_ttl(value: object) -> int:

@@ -72,7 +72,8 @@ def _twin(cls: type[Sandbox] | type[AsyncSandbox], source: Sandbox | AsyncSandbo
     )
 
 
-def _check_timeout(value: object) -> float:
+def check_timeout(value: object) -> float:
+    """A command timeout in seconds: a positive number."""
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise errors.InvalidArgumentError(f"timeout must be a positive number of seconds, not {value!r}")
     return float(value)
@@ -224,7 +225,7 @@ class E2BSandbox(BaseSandbox):
         self._sync: Sandbox | None = sandbox if isinstance(sandbox, Sandbox) else None
         self._async: AsyncSandbox | None = sandbox if isinstance(sandbox, AsyncSandbox) else None
         self._id = sandbox.sandbox_id
-        self.timeout = _check_timeout(timeout)
+        self.timeout = check_timeout(timeout)
         if max_output_bytes is not None:
             self.max_output_bytes = max_output_bytes
 
@@ -249,7 +250,7 @@ class E2BSandbox(BaseSandbox):
         return self._async
 
     def _command_timeout(self, timeout: float | None) -> float:
-        return self.timeout if timeout is None else _check_timeout(timeout)
+        return self.timeout if timeout is None else check_timeout(timeout)
 
     # -- execute -----------------------------------------------------------------------
 

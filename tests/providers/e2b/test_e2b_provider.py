@@ -32,6 +32,12 @@ def test_missing_credentials_fail_at_construction(monkeypatch: pytest.MonkeyPatc
     assert isinstance(E2BProvider(), E2BProvider)
 
 
+@pytest.mark.parametrize("options", [{"sandbox_timeout": 0}, {"command_timeout": -1}])
+def test_bad_provider_options(options: dict[str, Any]) -> None:
+    with pytest.raises(errors.InvalidArgumentError):
+        E2BProvider(api_key=API_KEY, **options)
+
+
 def test_rejected_credentials(fake_e2b: FakeE2BServer) -> None:
     provider = E2BProvider(api_key="e2b_wrong", api_url=fake_e2b.url, sandbox_url=fake_e2b.url)
     with pytest.raises(errors.AuthenticationError):
