@@ -555,15 +555,21 @@ def safe_extract(archive: IO[bytes], dest: Path) -> int:
     :func:`~sandbox_sdk.remote.archive.check_members` (no absolute names, no
     ``..``, no links pointing outside ``dest``, nothing below or through a
     symlink member, no device files). Extraction then re-checks each member
-    with :func:`tarfile.data_filter`, which also drops the sandbox's owners;
-    permission bits of files and directories are kept. Returns the number of
-    members."""
+    with :func:`tarfile.data_filter` where it exists (Python 3.11.4+), and
+    drops the sandbox's owners; permission bits of files and directories are
+    kept. Returns the number of members."""
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=archive, mode="r:") as tar:
         members = tar.getmembers()
         try:
             remote_archive.check_members(os.path.realpath(dest), members)
-            tar.extractall(dest, members=members, filter=_data_keeping_modes)
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, members=members, filter=_data_keeping_modes)
+            else:  # Python before 3.11.4 (Debian 12's 3.11.2): check_members alone guards
+                for member in members:
+                    member.mode &= 0o777
+                    member.uid, member.gid, member.uname, member.gname = os.getuid(), os.getgid(), "", ""
+                tar.extractall(dest, members=members)
         except Fail as exc:
             raise errors.InvalidPathError(f"refusing the archive: {exc.message}") from None
         except tarfile.FilterError as exc:
