@@ -37,6 +37,15 @@ def snapshot(top: Path) -> Snapshot:
     return entries
 
 
+@pytest.fixture(params=["tarfile-filters", "no-tarfile-filters"])
+def client_python(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The client's extraction with ``tarfile.data_filter``, and as on Python
+    before 3.11.4 (Debian 12's 3.11.2), which lacks it."""
+    if request.param == "no-tarfile-filters":
+        monkeypatch.delattr(tarfile, "data_filter")
+    return str(request.param)
+
+
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     top = tmp_path / "tree"
@@ -61,7 +70,9 @@ def tree(tmp_path: Path) -> Path:
     return top
 
 
-def test_directory_round_trip(small: LimitedSandbox, root: Path, tree: Path, tmp_path: Path) -> None:
+def test_directory_round_trip(
+    small: LimitedSandbox, root: Path, tree: Path, tmp_path: Path, client_python: str
+) -> None:
     expected = snapshot(tree)
     count = small.upload_dir(tree, "copy/of/tree")
     assert count == len(expected)
@@ -187,7 +198,7 @@ def archives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.mark.parametrize("kind", list(HOSTILE))
 def test_download_dir_refuses_hostile_archive(
-    local: LocalSandbox, root: Path, tmp_path: Path, archives: Path, kind: str
+    local: LocalSandbox, root: Path, tmp_path: Path, archives: Path, kind: str, client_python: str
 ) -> None:
     (root / "victim").mkdir()
     (root / "victim" / "plain.txt").write_bytes(b"plain")
@@ -214,7 +225,7 @@ def test_download_dir_refuses_symlink_pointing_out_of_the_sandbox_tree(
 
 
 def test_download_dir_refuses_writing_through_an_existing_local_symlink(
-    small: LimitedSandbox, root: Path, tmp_path: Path
+    small: LimitedSandbox, root: Path, tmp_path: Path, client_python: str
 ) -> None:
     (root / "tree" / "out").mkdir(parents=True)
     (root / "tree" / "out" / "planted.txt").write_bytes(b"planted")
