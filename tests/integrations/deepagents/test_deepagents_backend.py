@@ -11,6 +11,8 @@ import pytest
 
 pytest.importorskip("deepagents")
 
+from deepagents.backends.sandbox import MAX_OUTPUT_BYTES, TRUNCATION_MSG
+
 from sandbox_sdk.integrations.deepagents import PROTOCOL_0_7, DeepAgentsBackend
 from sandbox_sdk.providers.local import LocalSandbox
 
@@ -189,3 +191,41 @@ async def test_execute_reports_a_timeout_and_kills_the_command(backend: DeepAgen
     assert "timed out after 1 seconds" in response.output
     assert not Path(root, "late").exists()
     assert backend.execute("exit 70").exit_code == 70
+
+
+def test_read_pages_stay_within_deepagents_output_cap(backend: DeepAgentsBackend, root: str) -> None:
+    backend.write(f"{root}/wide.txt", "x" * 600_000 + "\nafter\n")
+    first = backend.read(f"{root}/wide.txt")
+    assert first.file_data is not None
+    content = first.file_data["content"]
+    assert content.endswith(TRUNCATION_MSG)
+    assert content.startswith("x" * 1000)
+    assert len(content.encode()) <= MAX_OUTPUT_BYTES
+    if PROTOCOL_0_7:
+        assert fields(first, "end_line", "next_offset") == (1, 1)
+    rest = backend.read(f"{root}/wide.txt", offset=1)
+    assert rest.file_data == {"content": "after", "encoding": "utf-8"}
+
+
+def test_read_pages_through_a_small_output_limit(root: str) -> None:
+    """A provider with a small output limit returns shorter pages, marked as
+    such, and paging by the returned window still covers the whole file."""
+    backend = DeepAgentsBackend(LocalSandbox(root, max_output_bytes=64 * 1024))
+    lines = [f"{i:04d} " + "y" * 200 for i in range(1000)]
+    backend.write(f"{root}/long.txt", "\n".join(lines))
+    first = backend.read(f"{root}/long.txt", limit=1000)
+    assert first.file_data is not None
+    assert first.file_data["content"].endswith(TRUNCATION_MSG)
+    shown = first.file_data["content"].removesuffix(TRUNCATION_MSG).split("\n")
+    assert 100 < len(shown) < 1000
+    assert shown == lines[: len(shown)]
+    if PROTOCOL_0_7:
+        offset: object = 0
+        seen: list[str] = []
+        while offset is not None:
+            assert isinstance(offset, int)
+            page = backend.read(f"{root}/long.txt", offset=offset, limit=1000)
+            assert page.file_data is not None
+            seen += page.file_data["content"].removesuffix(TRUNCATION_MSG).split("\n")
+            (offset,) = fields(page, "next_offset")
+        assert seen == lines
