@@ -19,10 +19,14 @@ pytest.importorskip("langchain_tests")
 from langchain_tests.integration_tests import SandboxIntegrationTests
 
 from sandbox_sdk.integrations.deepagents import PROTOCOL_0_7, DeepAgentsBackend
+from sandbox_sdk.providers import bwrap
 from sandbox_sdk.providers.local import BASE_ENV, LocalSandbox
 
-#: The suite runs ``python`` inside the sandbox: put this interpreter's on PATH.
-SANDBOX_ENV = {"PATH": f"{Path(sys.executable).parent}:{BASE_ENV['PATH']}"}
+# The suite runs ``python`` inside the sandbox, where only ``python3`` may exist.
+#: Local: this interpreter's directory first on PATH.
+LOCAL_ENV = {"PATH": f"{Path(sys.executable).parent}:{BASE_ENV['PATH']}"}
+#: bwrap: a directory in the jail's private /tmp with a ``python`` alias.
+BWRAP_ALIAS_DIR = "/tmp/.python-alias"
 
 OVERWRITE = "deepagents 0.7: write overwrites an existing file instead of refusing it"
 ABSOLUTE = "deepagents 0.7: glob returns absolute paths; this test expects paths relative to the root"
@@ -70,8 +74,26 @@ class TestLocalSandboxStandard(DeepAgentsStandardTests):
     @classmethod
     def sandbox(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DeepAgentsBackend]:
         root: Path = tmp_path_factory.mktemp("deepagents-local")
-        backend = DeepAgentsBackend(LocalSandbox(root, env=SANDBOX_ENV))
+        backend = DeepAgentsBackend(LocalSandbox(root, env=LOCAL_ENV))
         try:
             yield backend
         finally:
             cls.cleanup(backend, cls().sandbox_root_dir)
+
+
+class TestBwrapSandboxStandard(DeepAgentsStandardTests):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def sandbox(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DeepAgentsBackend]:
+        provider = bwrap.BwrapProvider(
+            tmp_path_factory.mktemp("deepagents-bwrap"), env={"PATH": f"{BWRAP_ALIAS_DIR}:{bwrap.PATH}"}
+        )
+        sandbox = provider.create()
+        try:
+            alias = sandbox.execute(
+                f"mkdir -p {BWRAP_ALIAS_DIR} && ln -s /usr/bin/python3 {BWRAP_ALIAS_DIR}/python"
+            )
+            assert alias.exit_code == 0, alias.output
+            yield DeepAgentsBackend(sandbox)
+        finally:
+            provider.delete(sandbox_id=sandbox.id)
