@@ -285,6 +285,11 @@ def read_payload() -> Tuple[Args, Blobs]:
     return args, blobs
 
 
+def json_size(value: Any) -> int:
+    """Bytes ``value`` adds to a result body (what the output budget counts)."""
+    return len(json.dumps(value, separators=(",", ":"))) + 1
+
+
 def emit(nonce: str, body: Dict[str, Any], blobs: Blobs) -> None:
     out = sys.stdout.buffer
     head = " ".join([FRAME_MARKER, nonce, b64(json.dumps(body, separators=(",", ":")).encode("utf-8"))])
