@@ -88,11 +88,16 @@ class BaseSandbox(TransferMethods):
             if self._fits("run", args, len(data)):
                 args["stdin"] = 0
                 blobs.append(data)
-            else:
-                staged = posixpath.join(STDIN_STAGING_DIR, f".sbx-stdin-{new_token()}")
-                yield from self._op_stage(protocol.encode_path(staged), io.BytesIO(data), False, None)
-                args["stdin"] = protocol.encode_path(staged)
-        response = yield Call("run", args, blobs, what="run", passthrough=True, timeout=timeout)
+            else:  # staged; the run script opens and removes the file
+                args["stdin"] = protocol.encode_path(
+                    posixpath.join(STDIN_STAGING_DIR, f".sbx-stdin-{new_token()}")
+                )
+                yield from self._op_stage(args["stdin"], io.BytesIO(data), False, None)
+        try:
+            response = yield Call("run", args, blobs, what="run", passthrough=True, timeout=timeout)
+        except Exception:
+            yield from self._op_discard([args["stdin"]] if isinstance(args.get("stdin"), str) else [])
+            raise
         return response
 
     def run(
@@ -227,16 +232,23 @@ class BaseSandbox(TransferMethods):
             "old": 0,
             "new": 1,
         }
-        blobs = [old_bytes, new_bytes]
-        if not self._fits("edit", args, len(old_bytes) + len(new_bytes) + 4):
-            # Too large for one command: stage both texts beside the file first.
-            blobs = []
-            parent = posixpath.dirname(os.fsencode(path).decode("utf-8", "surrogateescape"))
+        if self._fits("edit", args, len(old_bytes) + len(new_bytes) + 4):
+            value, _ = yield Call("edit", args, [old_bytes, new_bytes], what=f"edit {os.fsdecode(path)!r}")
+            return EditResult(path=os.fsdecode(path), replacements=value["replacements"])
+        # Too large for one command: stage both texts beside the file first;
+        # the edit script consumes them, and a failure removes what is left.
+        parent = posixpath.dirname(os.fsencode(path).decode("utf-8", "surrogateescape"))
+        staged = {
+            key: protocol.encode_path(posixpath.join(parent, f".sbx-{key}-{new_token()}"))
+            for key in ("old", "new")
+        }
+        try:
             for key, data in (("old", old_bytes), ("new", new_bytes)):
-                staged = protocol.encode_path(posixpath.join(parent, f".sbx-{key}-{new_token()}"))
-                yield from self._op_stage(staged, io.BytesIO(data), False, None)
-                args[key] = staged
-        value, _ = yield Call("edit", args, blobs, what=f"edit {os.fsdecode(path)!r}")
+                yield from self._op_stage(staged[key], io.BytesIO(data), False, None)
+            value, _ = yield Call("edit", {**args, **staged}, what=f"edit {os.fsdecode(path)!r}")
+        except Exception:
+            yield from self._op_discard(list(staged.values()))
+            raise
         return EditResult(path=os.fsdecode(path), replacements=value["replacements"])
 
     def edit(

@@ -181,6 +181,15 @@ class TransferMethods(SandboxCore):
                 yield Call("write", {"op": "abort", "path": dest, "token": token}, what="abort upload")
             raise
 
+    def _op_discard(self, paths: Sequence[str]) -> Operation[None]:
+        """Best-effort removal of staged files (payload-encoded paths) that a
+        failed operation may have left; a file already gone is fine."""
+        for path in paths:
+            with contextlib.suppress(errors.SandboxError):
+                yield Call(
+                    "fs", {"op": "delete", "path": path, "recursive": False}, what="clean up staged data"
+                )
+
     def _op_download(
         self, path: str, sink: IO[bytes], max_size: int | None, tally: _Tally | None, what: str
     ) -> Operation[int]:
@@ -436,12 +445,7 @@ class TransferMethods(SandboxCore):
                 # The extract script removes the archive itself, but a call
                 # that failed may never have run it, or lost the reply of
                 # the commit that put the archive in place.
-                with contextlib.suppress(errors.SandboxError):
-                    yield Call(
-                        "fs",
-                        {"op": "delete", "path": protocol.encode_path(archive), "recursive": False},
-                        what="clean up archive",
-                    )
+                yield from self._op_discard([protocol.encode_path(archive)])
                 raise
         count: int = value["members"]
         return count
@@ -469,20 +473,15 @@ class TransferMethods(SandboxCore):
         create = Call(
             "archive", {"op": "create", "archive": archive, "path": check_path(remote_dir)}, what=what
         )
-        cleanup = Call("fs", {"op": "delete", "path": archive, "recursive": False}, what="clean up archive")
         try:
             yield create
             with tempfile.SpooledTemporaryFile(SPOOL_BYTES) as spool:
                 yield from self._op_download(archive, spool, None, _Tally(progress, 0), what)
                 spool.seek(0)
                 count = safe_extract(spool, Path(local_dir))
-        except Exception:
+        finally:
             # Also after a failed create: it may have run and lost its reply.
-            with contextlib.suppress(errors.SandboxError):
-                yield cleanup
-            raise
-        with contextlib.suppress(errors.SandboxError):
-            yield cleanup
+            yield from self._op_discard([archive])
         return count
 
     def download_dir(

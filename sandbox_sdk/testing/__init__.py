@@ -1,9 +1,22 @@
 """Conformance suites for provider authors (importable pytest classes).
 
-``SandboxConformanceTests`` checks ``execute`` and every ``BaseSandbox``
-operation; see docs/provider-guide.md. Importing this package needs pytest.
+- ``SandboxConformanceTests`` (fixture ``sandbox``): ``execute`` semantics and
+  every ``BaseSandbox`` operation.
+- ``TransferContractTests`` (fixture ``sandbox``): the transfer contract that
+  native ``upload_files``/``download_files`` overrides must keep.
+- ``ProviderConformanceTests`` (fixture ``provider``): the lifecycle contract.
+
+See docs/provider-guide.md. Importing this package needs pytest.
 """
 
+from sandbox_sdk.testing.provider_suite import ProviderConformanceTests
 from sandbox_sdk.testing.sandbox_suite import HOSTILE_CONTENTS, HOSTILE_NAMES, SandboxConformanceTests
+from sandbox_sdk.testing.transfer_suite import TransferContractTests
 
-__all__ = ["HOSTILE_CONTENTS", "HOSTILE_NAMES", "SandboxConformanceTests"]
+__all__ = [
+    "HOSTILE_CONTENTS",
+    "HOSTILE_NAMES",
+    "ProviderConformanceTests",
+    "SandboxConformanceTests",
+    "TransferContractTests",
+]

@@ -1,0 +1,73 @@
+"""``write`` and ``edit`` of data larger than one command, with a fault on each
+``execute()`` in turn: the old file survives whole, nothing is left behind."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sandbox_sdk import errors
+from sandbox_sdk.providers.local import LocalSandbox
+from sandbox_sdk.testing.faults import FAULTS_BEFORE_RUNNING, Fault, FaultySandbox, LimitedSandbox
+
+COMMAND_BYTES = 16 * 1024
+OUTPUT_BYTES = 24 * 1024
+OLD = b"old content that must survive\n"
+
+
+def faulty(local: LocalSandbox, fault: Fault, fail_at: int | None) -> FaultySandbox:
+    return FaultySandbox(
+        local, fault=fault, fail_at=fail_at, max_command_bytes=COMMAND_BYTES, max_output_bytes=OUTPUT_BYTES
+    )
+
+
+def staging_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob(".sbx-*"))
+
+
+def test_limited_provider_really_refuses_long_commands(local: LocalSandbox) -> None:
+    limited = LimitedSandbox(local, max_command_bytes=COMMAND_BYTES, max_output_bytes=OUTPUT_BYTES)
+    with pytest.raises(OSError, match="Argument list too long"):
+        limited.execute(": " + "x" * COMMAND_BYTES)
+    data = os.urandom(COMMAND_BYTES * 5)
+    limited.write("big.bin", data)  # succeeds only by staging within the limit
+    assert (local.root_dir / "big.bin").read_bytes() == data
+
+
+@pytest.mark.parametrize("fault", list(Fault), ids=lambda f: f.value)
+def test_fault_on_each_call_of_a_chunked_write(local: LocalSandbox, fault: Fault) -> None:
+    root = local.root_dir
+    data = os.urandom(COMMAND_BYTES * 3)
+    probe = faulty(local, fault, None)
+    probe.write("probe.bin", data)
+    calls = probe.executed
+    assert calls >= 4
+    for fail_at in range(1, calls + 1):
+        (root / "dest.bin").write_bytes(OLD)
+        sandbox = faulty(local, fault, fail_at)
+        committed = fail_at == calls and fault not in FAULTS_BEFORE_RUNNING
+        with pytest.raises(errors.SandboxError):
+            sandbox.write("dest.bin", data, overwrite=True)
+        assert (root / "dest.bin").read_bytes() == (data if committed else OLD), f"call {fail_at}"
+        assert staging_files(root) == [], f"call {fail_at}"
+
+
+@pytest.mark.parametrize("fault", [Fault.RAISE, Fault.TIMEOUT, Fault.GARBAGE])
+def test_fault_on_each_call_of_a_staged_edit(local: LocalSandbox, fault: Fault) -> None:
+    root = local.root_dir
+    old_text = "o" * COMMAND_BYTES
+    original = ("head\n" + old_text + "\ntail\n").encode()
+    (root / "doc.txt").write_bytes(original)
+    probe = faulty(local, fault, None)
+    probe.edit("doc.txt", old_text, "n" * COMMAND_BYTES)
+    calls = probe.executed
+    assert calls >= 3
+    for fail_at in range(1, calls + 1):
+        (root / "doc.txt").write_bytes(original)
+        sandbox = faulty(local, fault, fail_at)
+        with pytest.raises(errors.SandboxError):
+            sandbox.edit("doc.txt", old_text, "n" * COMMAND_BYTES)
+        assert (root / "doc.txt").read_bytes() == original, f"call {fail_at}"
+        assert staging_files(root) == [], f"call {fail_at}"
