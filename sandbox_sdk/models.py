@@ -65,7 +65,7 @@ class EditResult(_Model):
 
 
 class GlobResult(_Model):
-    matches: list[str]
+    matches: list[FileInfo]
     truncated: bool = Field(description="more matches exist than were returned")
     unreadable: list[str] = Field(default_factory=list, description="directories that could not be listed")
 
@@ -80,7 +80,7 @@ class GrepMatch(_Model):
 class GrepResult(_Model):
     matches: list[GrepMatch]
     truncated: bool = Field(description="the match cap or output budget was reached")
-    unreadable: list[str] = Field(default_factory=list, description="files or directories that could not be read")
+    unreadable: list[str] = Field(default_factory=list, description="files or directories not readable")
     skipped_binary: int = Field(default=0, description="files not searched because they are binary")
 
 

@@ -23,10 +23,10 @@ import json
 import os
 import secrets
 import zlib
+from collections.abc import Sequence
 from enum import IntEnum
 from functools import cache
 from importlib import resources
-from collections.abc import Sequence
 from typing import Any
 
 from sandbox_sdk import errors
@@ -96,16 +96,28 @@ def script(module: str) -> str:
     package = resources.files("sandbox_sdk.remote")
     runtime = package.joinpath("_runtime.py").read_text("utf-8")
     body = package.joinpath(f"{module}.py").read_text("utf-8")
-    lines = body.splitlines()
-    kept = [line for line in lines if not line.startswith(RUNTIME_IMPORT)]
-    if len(lines) - len(kept) != 1:
-        raise RuntimeError(f"remote/{module}.py must import the runtime on exactly one line")
-    source = "\n".join([runtime, *kept, "main(OPS)", ""])
+    source = "\n".join([runtime, _without_runtime_import(body, module), "main(OPS)", ""])
     packed = base64.b64encode(zlib.compress(source.encode("utf-8"), 9)).decode("ascii")
     return (
         f"import base64,zlib;exec(compile(zlib.decompress(base64.b64decode('{packed}')),"
         f"'sandbox_sdk/remote/{module}.py','exec'))"
     )
+
+
+def _without_runtime_import(body: str, module: str) -> str:
+    """``body`` minus its one ``from sandbox_sdk.remote._runtime import ...``
+    statement (one line, or a parenthesised block) and its ``__future__`` import."""
+    lines = body.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(RUNTIME_IMPORT)]
+    if len(starts) != 1:
+        raise RuntimeError(f"remote/{module}.py must import the runtime in exactly one statement")
+    end = start = starts[0]
+    if lines[start].rstrip().endswith("("):
+        while not lines[end].startswith(")"):
+            end += 1
+    kept = lines[:start] + lines[end + 1 :]
+    # The runtime, shipped first, already starts with the __future__ import.
+    return "\n".join(line for line in kept if not line.startswith("from __future__ import"))
 
 
 def build_command(module: str, args: dict[str, Any], blobs: Sequence[bytes] = ()) -> tuple[str, str]:
@@ -148,6 +160,23 @@ def parse_result(response: ExecuteResponse, nonce: str, what: str) -> tuple[Any,
     raise error_from(error, what)
 
 
+def passthrough_result(response: ExecuteResponse, nonce: str, what: str) -> ExecuteResponse:
+    """For scripts that become the user's command: a frame means set-up failed."""
+    frame = _find_frame(response.output, nonce)
+    if frame is not None:
+        body, _ = frame
+        error = body.get("error")
+        raise error_from(error if isinstance(error, dict) else {}, what)
+    if response.exit_code == 127 and _python_missing(response.output):
+        raise _no_frame_error(response, what)
+    return response
+
+
+def _python_missing(output: str) -> bool:
+    first = output.lstrip().split("\n", 1)[0]
+    return "python3" in first and ("not found" in first or "No such file" in first)
+
+
 def error_from(error: dict[str, Any], what: str) -> errors.SandboxError:
     """The typed exception for an error reported by a script."""
     try:
@@ -179,7 +208,7 @@ def _find_frame(output: str, nonce: str) -> tuple[dict[str, Any], list[bytes]] |
 
 def _no_frame_error(response: ExecuteResponse, what: str) -> errors.SandboxError:
     tail = response.output[-500:].strip()
-    if response.exit_code == 127 and "python3" in response.output:
+    if response.exit_code == 127 and _python_missing(response.output):
         return errors.SandboxRuntimeError(
             f"{what} needs python3, and python3 is not available in the sandbox: {tail}"
         )

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import errno
 import json
 import os
 import stat
 import sys
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
 # The exit-code table. It stays clear of 1 and 2 (Python), 64-78 (sysexits),
 # 124-128 (timeout(1) and the shell) and 128+n (signals). docs/protocol.md
@@ -138,6 +139,19 @@ def entry(path: bytes, st: os.stat_result) -> Dict[str, Any]:
     }
 
 
+def open_regular(path: bytes) -> BinaryIO:
+    """Open a regular file for reading; never block on a FIFO or a device."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode):
+        os.close(fd)
+        raise Fail("IS_DIRECTORY", "is a directory", path)
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise Fail("INVALID_ARGUMENT", "not a regular file", path)
+    return os.fdopen(fd, "rb")
+
+
 def temp_name(dest: bytes, token: str) -> bytes:
     """The staging file for ``dest``: hidden, in the same directory (so the
     final rename is atomic), short enough for any valid ``dest``."""
@@ -182,7 +196,7 @@ def write_new(tmp: bytes, data: bytes) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -227,10 +241,8 @@ def sync_dir(path: bytes) -> None:
 
 
 def remove_quietly(path: bytes) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
 
 
 class DirLock:
@@ -259,7 +271,9 @@ class DirLock:
 
 
 def read_payload() -> Tuple[Args, Blobs]:
-    lines = sys.stdin.buffer.read().split()
+    lines = sys.stdin.buffer.read().split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()  # the heredoc's final newline (an empty blob is an empty line)
     if not lines:
         raise Fail("INVALID_ARGUMENT", "no payload on stdin")
     try:
@@ -280,6 +294,24 @@ def emit(nonce: str, body: Dict[str, Any], blobs: Blobs) -> None:
     out.flush()
 
 
+def describe(failure: Fail) -> Dict[str, Any]:
+    """The JSON form of a failure, as the client's ``error_from`` reads it."""
+    error = {"code": EXIT[failure.code], "name": failure.code, "message": failure.message}
+    if failure.path is not None:
+        error["path"] = b64(failure.path)
+    error.update(failure.extra)
+    return error
+
+
+def as_failure(exc: Exception) -> Fail:
+    """Per-item failures in batch operations: expected errors become ``Fail``."""
+    if isinstance(exc, Fail):
+        return exc
+    if isinstance(exc, OSError):
+        return fail_from_oserror(exc)
+    return Fail("INTERNAL", "%s: %s" % (type(exc).__name__, exc))
+
+
 def main(ops: Dict[str, Handler]) -> None:
     nonce = "-"
     try:
@@ -298,9 +330,5 @@ def main(ops: Dict[str, Handler]) -> None:
     else:
         emit(nonce, {"ok": True, "value": value}, out_blobs)
         sys.exit(0)
-    error = {"code": EXIT[failure.code], "name": failure.code, "message": failure.message}
-    if failure.path is not None:
-        error["path"] = b64(failure.path)
-    error.update(failure.extra)
-    emit(nonce, {"ok": False, "error": error}, [])
+    emit(nonce, {"ok": False, "error": describe(failure)}, [])
     sys.exit(EXIT[failure.code])

@@ -1,0 +1,73 @@
+"""The local shell provider: commands run with ``bash`` on this machine.
+
+.. warning::
+   **No isolation.** A command can read, change and delete anything the
+   current user can, reach the network, and leave processes behind. Use it for
+   tests and trusted code; use :mod:`sandbox_sdk.providers.bwrap` for anything
+   an agent writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from sandbox_sdk._process import run_process
+from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.models import ExecuteResponse
+
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+#: The environment of a command when the host's is not inherited.
+BASE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+}
+
+
+class LocalSandbox(BaseSandbox):
+    """Runs each command as ``bash -c`` in ``root_dir`` on the host. **Not isolated.**
+
+    On timeout the command's whole process group is killed (background
+    children included) and exit code 124 is returned with ``timed_out=True``.
+    Output past ``max_output_bytes`` is discarded as it arrives and the
+    response is marked ``truncated``.
+    """
+
+    def __init__(
+        self,
+        root_dir: str | os.PathLike[str],
+        *,
+        sandbox_id: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        env: Mapping[str, str] | None = None,
+        inherit_env: bool = False,
+    ) -> None:
+        self.root_dir = Path(root_dir).resolve()
+        if not self.root_dir.is_dir():
+            raise NotADirectoryError(f"sandbox root is not a directory: {self.root_dir}")
+        self._id = sandbox_id or "local-" + hashlib.sha256(os.fsencode(self.root_dir)).hexdigest()[:16]
+        self.timeout = timeout
+        self.max_output_bytes = max_output_bytes
+        base = dict(os.environ) if inherit_env else {**BASE_ENV, "HOME": str(self.root_dir)}
+        self.env = {**base, **(env or {})}
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        return run_process(
+            ["bash", "-c", command],
+            cwd=self.root_dir,
+            env=self.env,
+            timeout=self.timeout if timeout is None else timeout,
+            max_output_bytes=self.max_output_bytes,
+        )
+
+    def __repr__(self) -> str:
+        return f"LocalSandbox({str(self.root_dir)!r}, id={self.id!r})"

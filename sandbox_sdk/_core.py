@@ -1,0 +1,247 @@
+"""The transport layer of :class:`~sandbox_sdk.BaseSandbox`: ``execute()``
+plus the drivers that run operations over it.
+
+Every operation is written once, as a generator that yields :class:`Call`
+objects (or lists of them, which may run concurrently) and receives each
+call's decoded reply. :meth:`SandboxCore._drive` runs such a generator with
+``execute`` and :meth:`SandboxCore._adrive` with ``aexecute``, so the sync and
+async APIs share every line of logic and differ only in how they wait.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from abc import ABC, abstractmethod
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from sandbox_sdk import errors, protocol
+from sandbox_sdk.models import ExecuteResponse
+
+T = TypeVar("T")
+
+PathArg = str | bytes | os.PathLike[str]
+
+#: Output bytes kept free for noise around a result frame (banners, warnings).
+OUTPUT_HEADROOM = 8 * 1024
+
+
+@dataclass(frozen=True)
+class Call:
+    """One ``execute()`` round trip: a script call, or a raw command."""
+
+    module: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+    blobs: Sequence[bytes] = ()
+    what: str = "operation"
+    raw_command: str | None = None
+    passthrough: bool = False  # the reply is the command's own ExecuteResponse (``run``)
+    timeout: float | None = None
+
+
+Request = Call | list[Call]
+Operation = Generator[Request, Any, T]
+
+
+def new_token() -> str:
+    """A fresh name part for staging files: unguessable, so never in use."""
+    return secrets.token_hex(8)
+
+
+def check_flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise errors.InvalidArgumentError(f"{name} must be a bool, not {type(value).__name__}")
+    return value
+
+
+def check_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise errors.InvalidArgumentError(f"{name} must be an int >= {minimum}, not {value!r}")
+    return value
+
+
+def check_path(path: object, name: str = "path") -> str:
+    """The payload form of a path; malformed paths fail before any round trip."""
+    if not isinstance(path, str | bytes | os.PathLike):
+        raise errors.InvalidPathError(f"{name} must be str, bytes or os.PathLike, not {type(path).__name__}")
+    raw = os.fsencode(path)
+    shown = os.fsdecode(raw)
+    if not raw:
+        raise errors.InvalidPathError(f"{name} is empty", path=shown)
+    if b"\0" in raw:
+        raise errors.InvalidPathError(f"{name} contains a NUL byte", path=shown)
+    return protocol.encode_path(raw)
+
+
+def to_bytes(name: str, value: object) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise errors.InvalidArgumentError(f"{name} must be str or bytes, not {type(value).__name__}")
+
+
+class SandboxCore(ABC):
+    """Limits, round trips and drivers; see :class:`~sandbox_sdk.BaseSandbox`."""
+
+    #: Largest command ``execute`` accepts. 96 KiB keeps under Linux's 128 KiB
+    #: cap on one ``bash -c`` argument; providers with other limits override it.
+    max_command_bytes: int = 96 * 1024
+    #: Largest output ``execute`` returns before truncating.
+    max_output_bytes: int = 1024 * 1024
+    #: Timeout in seconds for each round trip of a file operation.
+    operation_timeout: float = 120.0
+    #: Round trips an async transfer keeps in flight at once.
+    transfer_concurrency: int = 4
+
+    @property
+    @abstractmethod
+    def id(self) -> str:
+        """A stable identifier for this sandbox."""
+
+    @abstractmethod
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        """Run ``command`` with a POSIX shell inside the sandbox.
+
+        The one method a provider must implement. Contract: stdout and stderr
+        merged in ``output``; the command's exit status in ``exit_code``
+        (``None`` if it never finished); output past ``max_output_bytes`` cut
+        with ``truncated=True``; on ``timeout`` the command and everything it
+        started are killed and ``timed_out=True`` is returned (not raised)."""
+
+    async def aexecute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        """Async ``execute``: by default the sync one in a worker thread.
+
+        A provider with a native async client overrides this; every async
+        operation then goes through it and never touches a thread."""
+        return await anyio.to_thread.run_sync(lambda: self.execute(command, timeout=timeout))
+
+    # -- budgets -------------------------------------------------------------
+
+    def _blob_capacity(self, module: str, args: dict[str, Any]) -> int:
+        """Raw bytes one blob may hold in a command for ``module`` with ``args``."""
+        room = self.max_command_bytes - protocol.command_overhead(module, args)
+        if room < 1024:
+            raise errors.SandboxRuntimeError(
+                f"max_command_bytes={self.max_command_bytes} leaves no room for data "
+                f"(the {module} script alone needs {protocol.command_overhead(module, args)} bytes)"
+            )
+        return protocol.blob_capacity(room)
+
+    def _fits(self, module: str, args: dict[str, Any], size: int) -> bool:
+        return size <= self._blob_capacity(module, args)
+
+    def _result_budget(self) -> int:
+        """Raw bytes a script may put in its result frame."""
+        budget = protocol.blob_capacity(self.max_output_bytes - OUTPUT_HEADROOM) - 1024
+        if budget < 4096:
+            raise errors.SandboxRuntimeError(
+                f"max_output_bytes={self.max_output_bytes} is too small for file operations (need 16 KiB)"
+            )
+        return budget
+
+    # -- one round trip ------------------------------------------------------
+
+    def _prepare(self, call: Call) -> tuple[str, str]:
+        if call.raw_command is not None:
+            return call.raw_command, ""
+        command, nonce = protocol.build_command(call.module, call.args, call.blobs)
+        if len(command.encode("utf-8")) > self.max_command_bytes:
+            raise errors.SandboxRuntimeError(
+                f"{call.what}: command of {len(command)} bytes exceeds max_command_bytes="
+                f"{self.max_command_bytes} (please report: operations should stage large data)"
+            )
+        return command, nonce
+
+    def _timeout(self, call: Call) -> float:
+        return call.timeout if call.timeout is not None else self.operation_timeout
+
+    @staticmethod
+    def _decode(call: Call, nonce: str, response: ExecuteResponse) -> Any:
+        if call.raw_command is not None:
+            return response
+        if call.passthrough:
+            return protocol.passthrough_result(response, nonce, call.what)
+        return protocol.parse_result(response, nonce, call.what)
+
+    @staticmethod
+    def _provider_failure(call: Call, exc: Exception) -> errors.SandboxError:
+        if isinstance(exc, errors.SandboxError):
+            return exc
+        if isinstance(exc, TimeoutError):
+            return errors.SandboxTimeoutError(f"{call.what} timed out: {exc}")
+        return errors.SandboxRuntimeError(f"{call.what}: the provider failed: {type(exc).__name__}: {exc}")
+
+    def _invoke(self, call: Call) -> Any:
+        command, nonce = self._prepare(call)
+        try:
+            response = self.execute(command, timeout=self._timeout(call))
+        except Exception as exc:
+            raise self._provider_failure(call, exc) from exc
+        return self._decode(call, nonce, response)
+
+    async def _ainvoke(self, call: Call) -> Any:
+        command, nonce = self._prepare(call)
+        try:
+            response = await self.aexecute(command, timeout=self._timeout(call))
+        except Exception as exc:
+            raise self._provider_failure(call, exc) from exc
+        return self._decode(call, nonce, response)
+
+    # -- drivers ---------------------------------------------------------------
+
+    def _drive(self, operation: Operation[T]) -> T:
+        """Run an operation with ``execute``, one call after another."""
+        try:
+            request = next(operation)
+            while True:
+                try:
+                    if isinstance(request, list):
+                        reply: Any = [self._invoke(call) for call in request]
+                    else:
+                        reply = self._invoke(request)
+                except Exception as exc:  # noqa: BLE001 - handed to the operation
+                    request = operation.throw(exc)
+                else:
+                    request = operation.send(reply)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    async def _adrive(self, operation: Operation[T]) -> T:
+        """Run an operation with ``aexecute``; a list of calls runs concurrently."""
+        try:
+            request = next(operation)
+            while True:
+                try:
+                    if isinstance(request, list):
+                        reply: Any = await self._agather(request)
+                    else:
+                        reply = await self._ainvoke(request)
+                except Exception as exc:  # noqa: BLE001 - handed to the operation
+                    request = operation.throw(exc)
+                else:
+                    request = operation.send(reply)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    async def _agather(self, calls: list[Call]) -> list[Any]:
+        replies: list[Any] = [None] * len(calls)
+        failures: list[Exception] = []
+
+        async def one(index: int, call: Call) -> None:
+            try:
+                replies[index] = await self._ainvoke(call)
+            except Exception as exc:  # noqa: BLE001 - the first failure is raised below
+                failures.append(exc)
+
+        async with anyio.create_task_group() as group:
+            for index, call in enumerate(calls):
+                group.start_soon(one, index, call)
+        if failures:
+            raise failures[0]
+        return replies

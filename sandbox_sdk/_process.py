@@ -1,0 +1,94 @@
+"""Run one shell command as a local child process, as ``execute()`` must.
+
+Shared by the local and bubblewrap providers: the command gets its own
+process group (a new session, so it cannot reach a controlling terminal);
+output is read as it comes, stdout and stderr merged, and everything past
+``max_output_bytes`` is discarded on arrival, so memory never grows past the
+cap; at the timeout the whole group is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+
+from sandbox_sdk.models import ExecuteResponse
+
+#: Exit code reported for a command killed at its timeout (as timeout(1) does).
+TIMEOUT_EXIT_CODE = 124
+#: How long output is still collected from background children after the
+#: command itself exited, before ``execute`` returns without them.
+DRAIN_SECONDS = 0.2
+READ_BYTES = 1 << 16
+
+
+def run_process(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None,
+    env: Mapping[str, str] | None,
+    timeout: float,
+    max_output_bytes: int,
+    pass_fds: Sequence[int] = (),
+) -> ExecuteResponse:
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        start_new_session=True,
+        pass_fds=tuple(pass_fds),
+    )
+    assert proc.stdout is not None
+    pipe = proc.stdout
+    os.set_blocking(pipe.fileno(), False)
+    kept = bytearray()
+    truncated = False
+    timed_out = False
+    deadline = time.monotonic() + timeout
+    drain_until: float | None = None
+    with selectors.DefaultSelector() as selector:
+        selector.register(pipe, selectors.EVENT_READ)
+        while True:
+            now = time.monotonic()
+            if proc.poll() is not None and drain_until is None:
+                drain_until = now + DRAIN_SECONDS
+            limit = deadline if drain_until is None else min(deadline, drain_until)
+            if now >= limit:
+                timed_out = proc.poll() is None
+                break
+            if not selector.select(min(limit - now, 0.05)):
+                continue
+            try:
+                block = pipe.read(READ_BYTES)
+            except BlockingIOError:
+                continue
+            if not block:  # EOF: the command and all its children closed the pipe
+                break
+            room = max_output_bytes - len(kept)
+            if len(block) > room:
+                truncated = True
+                block = block[:room]
+            kept += block
+    if timed_out:
+        kill_group(proc.pid)
+    pipe.close()
+    exit_code = proc.wait()
+    output = bytes(kept).decode("utf-8", "replace")
+    if timed_out:
+        return ExecuteResponse(
+            output=output, exit_code=TIMEOUT_EXIT_CODE, truncated=truncated, timed_out=True
+        )
+    return ExecuteResponse(output=output, exit_code=exit_code, truncated=truncated)
+
+
+def kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)

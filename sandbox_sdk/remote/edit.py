@@ -1,0 +1,73 @@
+"""Replace text in a file atomically, under a lock so concurrent edits never lose one another."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from sandbox_sdk.remote._runtime import (
+    Args,
+    Blobs,
+    DirLock,
+    Fail,
+    Result,
+    commit,
+    path_arg,
+    remove_quietly,
+    resolve_target,
+    temp_name,
+    unb64,
+    write_new,
+)
+
+
+def staged_argument(spec: object, blobs: Blobs) -> bytes:
+    """An argument sent inline as a blob index, or staged earlier into a file
+    (when it was too large for one command); a staged file is consumed."""
+    if isinstance(spec, int):
+        return blobs[spec]
+    if not isinstance(spec, str):
+        raise Fail("INVALID_ARGUMENT", "malformed staged argument")
+    path = unb64(spec)
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    finally:
+        remove_quietly(path)
+
+
+def edit(args: Args, blobs: Blobs) -> Result:
+    old = staged_argument(args["old"], blobs)
+    new = staged_argument(args["new"], blobs)
+    dest = resolve_target(path_arg(args))
+    if not old:
+        raise Fail("INVALID_ARGUMENT", "old text is empty")
+    with DirLock(dest):
+        st = os.stat(dest)
+        if stat.S_ISDIR(st.st_mode):
+            raise Fail("IS_DIRECTORY", "is a directory", dest)
+        if not stat.S_ISREG(st.st_mode):
+            raise Fail("INVALID_ARGUMENT", "not a regular file", dest)
+        with open(dest, "rb") as f:
+            content = f.read()
+        count = content.count(old)
+        if count == 0:
+            raise Fail("EDIT_NO_MATCH", "old text not found", dest)
+        if count > 1 and not args["replace_all"]:
+            raise Fail(
+                "EDIT_AMBIGUOUS",
+                "old text occurs %d times; pass replace_all=True or add context to make it unique" % count,
+                dest,
+                count=count,
+            )
+        tmp = temp_name(dest, args["token"])
+        try:
+            write_new(tmp, content.replace(old, new))
+        except BaseException:
+            remove_quietly(tmp)
+            raise
+        commit(tmp, dest, True)
+    return {"replacements": count}, []
+
+
+OPS = {"edit": edit}

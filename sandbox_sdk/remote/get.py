@@ -1,0 +1,75 @@
+"""Read raw bytes out of the sandbox: one chunk of a file, or many small files at once."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, Dict, List
+
+from sandbox_sdk.remote._runtime import (
+    Args,
+    Blobs,
+    Fail,
+    Result,
+    as_failure,
+    check_path,
+    describe,
+    open_regular,
+    unb64,
+)
+
+HASH_BLOCK = 1 << 20
+
+
+def read_chunk(args: Args, blobs: Blobs) -> Result:
+    """``length`` bytes at ``offset``; on request the whole file's size and SHA-256
+    too, so the client can verify what it reassembles."""
+    path = unb64(args["path"])
+    check_path(path)
+    with open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        limit = args.get("max_size")
+        if limit is not None and size > limit:
+            raise Fail(
+                "OUTPUT_LIMIT", "file is %d bytes, over the %d-byte cap" % (size, limit), path, size=size
+            )
+        info: Dict[str, Any] = {"size": size}
+        if args.get("digest"):
+            digest = hashlib.sha256()
+            for block in iter(lambda: f.read(HASH_BLOCK), b""):
+                digest.update(block)
+            info["sha256"] = digest.hexdigest()
+        f.seek(args["offset"])
+        data = f.read(args["length"])
+    return info, [data]
+
+
+def get_many(args: Args, blobs: Blobs) -> Result:
+    """Whole files while they fit in ``budget``; a file too big for a batch is
+    reported with its size (the client fetches it in chunks)."""
+    budget = args["budget"]
+    items: List[Dict[str, Any]] = []
+    out: Blobs = []
+    used = 0
+    for raw in args["paths"]:
+        path = unb64(raw)
+        try:
+            check_path(path)
+            with open_regular(path) as f:
+                size = os.fstat(f.fileno()).st_size
+                if size > budget:
+                    items.append({"large": size})
+                    continue
+                if used + size > budget and items:
+                    break
+                data = f.read()
+        except Exception as exc:  # noqa: BLE001 - reported per item
+            items.append({"error": describe(as_failure(exc))})
+            continue
+        items.append({"blob": len(out)})
+        out.append(data)
+        used += len(data)
+    return {"items": items}, out
+
+
+OPS = {"read_chunk": read_chunk, "get_many": get_many}

@@ -1,0 +1,118 @@
+"""Create or replace files atomically: whole small files, many at once, or a
+large one staged in chunks at their offsets and committed after a check."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, Dict, List
+
+from sandbox_sdk.remote._runtime import (
+    Args,
+    Blobs,
+    DirLock,
+    Fail,
+    Result,
+    as_failure,
+    check_destination,
+    check_path,
+    commit,
+    describe,
+    make_parents,
+    path_arg,
+    remove_quietly,
+    resolve_target,
+    temp_name,
+    unb64,
+    write_new,
+)
+
+HASH_BLOCK = 1 << 20
+
+
+def put(dest: bytes, data: bytes, overwrite: bool, token: str) -> None:
+    dest = resolve_target(dest)
+    check_destination(dest, overwrite)
+    make_parents(dest)
+    tmp = temp_name(dest, token)
+    with DirLock(dest):
+        try:
+            write_new(tmp, data)
+        except BaseException:
+            remove_quietly(tmp)
+            raise
+        commit(tmp, dest, overwrite)
+
+
+def write(args: Args, blobs: Blobs) -> Result:
+    dest = path_arg(args)
+    put(dest, blobs[0], args["overwrite"], args["token"])
+    return {"size": len(blobs[0])}, []
+
+
+def put_many(args: Args, blobs: Blobs) -> Result:
+    """Each item succeeds or fails alone; one failure never stops the rest."""
+    results: List[Dict[str, Any]] = []
+    for index, item in enumerate(args["items"]):
+        try:
+            dest = unb64(item["path"])
+            check_path(dest)
+            put(dest, blobs[item["blob"]], True, "%s-%d" % (args["token"], index))
+        except Exception as exc:  # noqa: BLE001 - reported per item
+            results.append({"error": describe(as_failure(exc))})
+        else:
+            results.append({})
+    return {"items": results}, []
+
+
+def stage(args: Args, blobs: Blobs) -> Result:
+    """Write one chunk into the staging file; the final chunk also verifies
+    size and SHA-256 of the whole staging file and commits it."""
+    dest = resolve_target(path_arg(args))
+    tmp = temp_name(dest, args["token"])
+    offset = args["offset"]
+    final = args.get("final")
+    try:
+        if offset == 0:
+            check_destination(dest, args["overwrite"])
+            make_parents(dest)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        else:
+            flags = os.O_WRONLY
+        fd = os.open(tmp, flags | os.O_CLOEXEC, 0o666)
+        try:
+            os.pwrite(fd, blobs[0], offset)
+            if final:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if final:
+            verify(tmp, final["size"], final["sha256"])
+            with DirLock(dest):
+                commit(tmp, dest, args["overwrite"])
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+    return {"size": offset + len(blobs[0])}, []
+
+
+def verify(tmp: bytes, size: int, sha256: str) -> None:
+    actual = os.stat(tmp).st_size
+    if actual != size:
+        raise Fail("INTEGRITY", "staged %d bytes, expected %d" % (actual, size), tmp)
+    digest = hashlib.sha256()
+    with open(tmp, "rb") as f:
+        for block in iter(lambda: f.read(HASH_BLOCK), b""):
+            digest.update(block)
+    if digest.hexdigest() != sha256:
+        raise Fail("INTEGRITY", "SHA-256 of the staged file does not match what was sent", tmp)
+
+
+def abort(args: Args, blobs: Blobs) -> Result:
+    """Remove a staging file left by a failed transfer (a no-op if it is gone)."""
+    dest = resolve_target(path_arg(args))
+    remove_quietly(temp_name(dest, args["token"]))
+    return {}, []
+
+
+OPS = {"write": write, "put_many": put_many, "stage": stage, "abort": abort}

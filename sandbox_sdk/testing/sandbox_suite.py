@@ -1,0 +1,517 @@
+"""``SandboxConformanceTests``: the contract every ``BaseSandbox`` must meet.
+
+Subclass it in your provider's tests and supply a ``sandbox`` fixture (any
+scope; class scope is cheapest). Every test works inside its own fresh
+directory, so one sandbox can serve the whole class::
+
+    class TestMySandbox(SandboxConformanceTests):
+        @pytest.fixture(scope="class")
+        @classmethod
+        def sandbox(cls):
+            with MySandbox() as sb:
+                yield sb
+
+Known gaps are declared, with a reason, in ``known_gaps``; each becomes a
+strict xfail, so the entry must go once the gap is fixed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import os
+import posixpath
+import secrets
+import time
+from collections.abc import Iterator
+from typing import ClassVar
+
+import pytest
+
+from sandbox_sdk import errors
+from sandbox_sdk.base import BaseSandbox
+
+#: Names that have broken shell- and template-based sandbox SDKs.
+HOSTILE_NAMES: list[str | bytes] = [
+    "single'quote",
+    'double"quote',
+    "back`tick`",
+    "$(touch PWNED)",
+    "${IFS}dollar",
+    "new\nline",
+    "tab\there",
+    "-leading-dash",
+    "--help",
+    "space name",
+    "unicode-é✓🙂",
+    "glob*?[x]{a,b}",
+    "back\\slash",
+    "SBX_0123456789abcdef0123456789abcdef",
+    "x" * 255,
+    b"not-utf8-\xff\xfe",
+]
+
+#: Contents that must survive a round trip byte for byte.
+HOSTILE_CONTENTS: list[bytes] = [
+    b"",
+    b"\0",
+    b"nul\0in\0the\0middle\n",
+    bytes(range(256)),
+    b"\xff\xfe invalid utf-8 \xc3\x28",
+    b"SBX_0123456789abcdef0123456789abcdef\nEOF\n'EOF'\n",
+    b"no trailing newline",
+    b"crlf\r\nlines\r\n",
+]
+
+
+def _name_id(name: str | bytes) -> str:
+    return repr(name)[:40]
+
+
+class SandboxConformanceTests:
+    """Checks ``execute`` semantics and every ``BaseSandbox`` operation."""
+
+    #: ``{"test_name": "reason"}`` for behaviour the provider cannot offer.
+    known_gaps: ClassVar[dict[str, str]] = {}
+
+    @pytest.fixture(autouse=True)
+    def _declared_gaps(self, request: pytest.FixtureRequest) -> None:
+        reason = self.known_gaps.get(request.node.originalname)
+        if reason:
+            request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
+
+    @pytest.fixture
+    def workdir(self, sandbox: BaseSandbox) -> Iterator[str]:
+        """A fresh, empty directory inside the sandbox for one test."""
+        path = f"conformance-{secrets.token_hex(6)}"
+        sandbox.mkdir(path)
+        yield path
+        sandbox.execute(f"chmod -R u+rwx {path} 2>/dev/null; rm -rf {path}")
+
+    @staticmethod
+    def p(workdir: str, *parts: str) -> str:
+        return posixpath.join(workdir, *parts)
+
+    # -- execute -------------------------------------------------------------------------
+
+    def test_exit_code_passes_through(self, sandbox: BaseSandbox) -> None:
+        response = sandbox.execute("exit 70")
+        assert response.exit_code == 70
+        assert not response.timed_out
+
+    def test_stdout_and_stderr_are_merged(self, sandbox: BaseSandbox) -> None:
+        response = sandbox.execute("echo to-stdout; echo to-stderr >&2")
+        assert "to-stdout" in response.output
+        assert "to-stderr" in response.output
+        assert response.exit_code == 0
+
+    def test_utf8_output_made_inside(self, sandbox: BaseSandbox) -> None:
+        response = sandbox.execute(r"printf '\303\251\342\202\254\360\237\231\202\n'")
+        assert response.output.strip() == "é€🙂"
+
+    def test_timeout_kills_command_and_children(self, sandbox: BaseSandbox, workdir: str) -> None:
+        marker = self.p(workdir, "survivor")
+        started = time.monotonic()
+        response = sandbox.execute(f"(sleep 2; echo alive > {marker}) & sleep 30", timeout=1)
+        assert time.monotonic() - started < 15
+        assert response.timed_out
+        time.sleep(2.5)
+        with pytest.raises(FileNotFoundError):
+            sandbox.stat(marker)
+
+    def test_large_output(self, sandbox: BaseSandbox) -> None:
+        size = min(200_000, sandbox.max_output_bytes)
+        response = sandbox.execute(f"head -c {size} /dev/zero | tr '\\0' a")
+        assert response.output == "a" * size
+        assert not response.truncated
+
+    def test_output_over_cap_is_flagged(self, sandbox: BaseSandbox) -> None:
+        size = sandbox.max_output_bytes + 100_000
+        response = sandbox.execute(f"head -c {size} /dev/zero | tr '\\0' b")
+        assert response.truncated
+        assert 0 < len(response.output) <= sandbox.max_output_bytes
+
+    def test_command_near_max_command_bytes(self, sandbox: BaseSandbox) -> None:
+        tail = "; echo near-limit-ok"
+        padding = ":" + " x" * ((sandbox.max_command_bytes - len(tail) - 1024) // 2)
+        response = sandbox.execute(padding + tail)
+        assert response.exit_code == 0
+        assert "near-limit-ok" in response.output
+
+    # -- run ---------------------------------------------------------------------------------
+
+    def test_run_with_cwd_env_and_binary_stdin(self, sandbox: BaseSandbox, workdir: str) -> None:
+        data = bytes(range(256)) * 4
+        response = sandbox.run(
+            'pwd; printf "%s\\n" "$GREETING"; od -An -tx1 -v | tr -d " \\n" | head -c 64; echo',
+            cwd=workdir,
+            env={"GREETING": "hello $(whoami) 'q'"},
+            stdin=data,
+        )
+        lines = response.output.splitlines()
+        assert response.exit_code == 0, response.output
+        assert lines[0].endswith(workdir)
+        assert lines[1] == "hello $(whoami) 'q'"
+        assert lines[2] == data[:32].hex()
+
+    def test_run_with_stdin_larger_than_a_command(self, sandbox: BaseSandbox) -> None:
+        data = os.urandom(sandbox.max_command_bytes * 2 + 17)
+        response = sandbox.run("sha256sum | cut -c1-64", stdin=data)
+        assert response.output.strip() == hashlib.sha256(data).hexdigest()
+
+    def test_run_in_missing_cwd_raises(self, sandbox: BaseSandbox, workdir: str) -> None:
+        with pytest.raises(FileNotFoundError):
+            sandbox.run("true", cwd=self.p(workdir, "missing"))
+
+    # -- write / read ------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("content", HOSTILE_CONTENTS, ids=lambda c: repr(c)[:30])
+    def test_write_read_bytes_round_trip(self, sandbox: BaseSandbox, workdir: str, content: bytes) -> None:
+        path = self.p(workdir, "f.bin")
+        sandbox.write(path, content)
+        assert sandbox.read_bytes(path) == content
+
+    def test_write_creates_parents(self, sandbox: BaseSandbox, workdir: str) -> None:
+        path = self.p(workdir, "a", "b", "c.txt")
+        result = sandbox.write(path, "deep\n")
+        assert result.bytes_written == 5
+        assert sandbox.read(path).content == "deep\n"
+
+    def test_write_refuses_existing_file_without_overwrite(self, sandbox: BaseSandbox, workdir: str) -> None:
+        path = self.p(workdir, "f.txt")
+        sandbox.write(path, "first")
+        with pytest.raises(FileExistsError):
+            sandbox.write(path, "second")
+        assert sandbox.read_bytes(path) == b"first"
+
+    def test_overwrite_replaces_and_keeps_mode(self, sandbox: BaseSandbox, workdir: str) -> None:
+        path = self.p(workdir, "script.sh")
+        sandbox.write(path, "echo one\n")
+        sandbox.execute(f"chmod 750 {path}")
+        sandbox.write(path, "echo two\n", overwrite=True)
+        assert sandbox.read_bytes(path) == b"echo two\n"
+        assert sandbox.stat(path).mode == 0o750
+
+    def test_write_to_a_directory_raises(self, sandbox: BaseSandbox, workdir: str) -> None:
+        with pytest.raises(IsADirectoryError):
+            sandbox.write(workdir, "x", overwrite=True)
+
+    def test_write_under_a_file_raises(self, sandbox: BaseSandbox, workdir: str) -> None:
+        sandbox.write(self.p(workdir, "file"), "x")
+        with pytest.raises(NotADirectoryError):
+            sandbox.write(self.p(workdir, "file", "child"), "y")
+
+    def test_write_larger_than_one_command_is_staged(self, sandbox: BaseSandbox, workdir: str) -> None:
+        content = os.urandom(sandbox.max_command_bytes * 3 + 1)
+        path = self.p(workdir, "big.bin")
+        sandbox.write(path, content)
+        assert sandbox.read_bytes(path) == content
+        assert [e.name for e in sandbox.ls(workdir)] == ["big.bin"]  # no staging file left
+
+    def test_read_pages_by_lines(self, sandbox: BaseSandbox, workdir: str) -> None:
+        path = self.p(workdir, "lines.txt")
+        sandbox.write(path, "".join(f"line {i}\n" for i in range(1, 11)))
+        page = sandbox.read(path, offset=2, limit=3)
+        assert page.content == "line 3\nline 4\nline 5\n"
+        assert (page.start_line, page.end_line, page.total_lines, page.has_more) == (3, 5, 10, True)
+        last = sandbox.read(path, offset=8)
+        assert last.content == "line 9\nline 10\n"
+        assert not last.has_more
+
+    def test_read_keeps_crlf_and_missing_final_newline(self, sandbox: BaseSandbox, workdir: str) -> None:
+        path = self.p(workdir, "crlf.txt")
+        sandbox.write(path, b"one\r\ntwo\r\nthree")
+        page = sandbox.read(path)
+        assert page.content == "one\r\ntwo\r\nthree"
+        assert page.total_lines == 3
+
+    def test_read_empty_file(self, sandbox: BaseSandbox, workdir: str) -> None:
+        path = self.p(workdir, "empty")
+        sandbox.write(path, b"")
+        page = sandbox.read(path)
+        assert (page.content, page.total_lines, page.has_more) == ("", 0, False)
+
+    @pytest.mark.parametrize("content", [b"\x00\x01\x02binary", b"latin-1 caf\xe9\n"])
+    def test_read_refuses_binary(self, sandbox: BaseSandbox, workdir: str, content: bytes) -> None:
+        path = self.p(workdir, "bin")
+        sandbox.write(path, content)
+        with pytest.raises(errors.NotTextFileError):
+            sandbox.read(path)
+
+    def test_read_errors(self, sandbox: BaseSandbox, workdir: str) -> None:
+        with pytest.raises(FileNotFoundError):
+            sandbox.read(self.p(workdir, "missing"))
+        with pytest.raises(IsADirectoryError):
+            sandbox.read(workdir)
+        with pytest.raises(errors.InvalidArgumentError):
+            sandbox.read(workdir, offset=-1)
+
+    def test_read_bytes_cap(self, sandbox: BaseSandbox, workdir: str) -> None:
+        path = self.p(workdir, "big")
+        sandbox.write(path, b"x" * 1000)
+        with pytest.raises(errors.OutputLimitExceededError):
+            sandbox.read_bytes(path, max_bytes=999)
+        assert sandbox.read_bytes(path, max_bytes=1000) == b"x" * 1000
+
+    # -- edit ---------------------------------------------------------------------------------
+
+    def test_edit_replaces_one_occurrence(self, sandbox: BaseSandbox, workdir: str) -> None:
+        path = self.p(workdir, "e.py")
+        sandbox.write(path, "a = 1\nb = 2\n")
+        assert sandbox.edit(path, "b = 2", "b = 3").replacements == 1
+        assert sandbox.read(path).content == "a = 1\nb = 3\n"
+
+    def test_edit_ambiguous_and_replace_all(self, sandbox: BaseSandbox, workdir: str) -> None:
+        path = self.p(workdir, "e.txt")
+        sandbox.write(path, "x x x")
+        with pytest.raises(errors.EditAmbiguousError) as caught:
+            sandbox.edit(path, "x", "y")
+        assert caught.value.count == 3
+        assert sandbox.read_bytes(path) == b"x x x"
+        assert sandbox.edit(path, "x", "y", replace_all=True).replacements == 3
+        assert sandbox.read_bytes(path) == b"y y y"
+
+    def test_edit_errors(self, sandbox: BaseSandbox, workdir: str) -> None:
+        path = self.p(workdir, "e.txt")
+        sandbox.write(path, "content")
+        with pytest.raises(errors.EditNoMatchError):
+            sandbox.edit(path, "absent", "x")
+        with pytest.raises(errors.InvalidArgumentError):
+            sandbox.edit(path, "", "x")
+        with pytest.raises(errors.InvalidArgumentError):
+            sandbox.edit(path, "content", "x", replace_all="yes")  # type: ignore[arg-type]
+        with pytest.raises(FileNotFoundError):
+            sandbox.edit(self.p(workdir, "missing"), "a", "b")
+        assert sandbox.read_bytes(path) == b"content"
+
+    def test_edit_keeps_mode_crlf_and_binary_bytes(self, sandbox: BaseSandbox, workdir: str) -> None:
+        path = self.p(workdir, "e.bin")
+        sandbox.write(path, b"\xff\r\nkeep\0 old\r\n")
+        sandbox.execute(f"chmod 604 {path}")
+        sandbox.edit(path, "old", "new")
+        assert sandbox.read_bytes(path) == b"\xff\r\nkeep\0 new\r\n"
+        assert sandbox.stat(path).mode == 0o604
+
+    def test_edit_with_texts_larger_than_one_command(self, sandbox: BaseSandbox, workdir: str) -> None:
+        path = self.p(workdir, "big.txt")
+        old = "o" * sandbox.max_command_bytes
+        sandbox.write(path, "head\n" + old + "\ntail\n")
+        new = "n" * (sandbox.max_command_bytes + 5)
+        sandbox.edit(path, old, new)
+        assert sandbox.read(path).content == "head\n" + new + "\ntail\n"
+        assert [e.name for e in sandbox.ls(workdir)] == ["big.txt"]
+
+    def test_concurrent_edits_lose_nothing(self, sandbox: BaseSandbox, workdir: str) -> None:
+        path = self.p(workdir, "counter.txt")
+        sandbox.write(path, "".join(f"slot{i}=empty\n" for i in range(10)))
+
+        def fill(i: int) -> None:
+            sandbox.edit(path, f"slot{i}=empty", f"slot{i}=done")
+
+        with concurrent.futures.ThreadPoolExecutor(10) as pool:
+            list(pool.map(fill, range(10)))
+        assert sandbox.read(path).content == "".join(f"slot{i}=done\n" for i in range(10))
+
+    # -- ls / stat / mkdir / delete ------------------------------------------------------------
+
+    def test_ls_and_stat(self, sandbox: BaseSandbox, workdir: str) -> None:
+        sandbox.write(self.p(workdir, "b.txt"), "12345")
+        sandbox.mkdir(self.p(workdir, "a-dir"))
+        sandbox.execute(f"ln -s b.txt {self.p(workdir, 'link')}")
+        entries = sandbox.ls(workdir)
+        assert [(e.name, e.type) for e in entries] == [
+            ("a-dir", "dir"),
+            ("b.txt", "file"),
+            ("link", "symlink"),
+        ]
+        info = sandbox.stat(self.p(workdir, "b.txt"))
+        assert (info.size, info.type, info.path) == (5, "file", self.p(workdir, "b.txt"))
+        assert info.mtime > 0
+
+    def test_ls_errors(self, sandbox: BaseSandbox, workdir: str) -> None:
+        sandbox.write(self.p(workdir, "f"), "")
+        with pytest.raises(FileNotFoundError):
+            sandbox.ls(self.p(workdir, "missing"))
+        with pytest.raises(NotADirectoryError):
+            sandbox.ls(self.p(workdir, "f"))
+
+    def test_ls_many_entries(self, sandbox: BaseSandbox, workdir: str) -> None:
+        sandbox.execute(f"cd {workdir} && for i in $(seq 1000 2999); do : > f$i; done")
+        names = [e.name for e in sandbox.ls(workdir)]
+        assert names == [f"f{i}" for i in range(1000, 3000)]
+
+    def test_mkdir(self, sandbox: BaseSandbox, workdir: str) -> None:
+        sandbox.mkdir(self.p(workdir, "x", "y"))
+        sandbox.mkdir(self.p(workdir, "x", "y"))  # exist_ok by default
+        assert sandbox.stat(self.p(workdir, "x", "y")).type == "dir"
+        with pytest.raises(FileExistsError):
+            sandbox.mkdir(self.p(workdir, "x"), exist_ok=False)
+        with pytest.raises(FileNotFoundError):
+            sandbox.mkdir(self.p(workdir, "no", "parent"), parents=False)
+        sandbox.write(self.p(workdir, "file"), "")
+        with pytest.raises(FileExistsError):
+            sandbox.mkdir(self.p(workdir, "file"))
+
+    def test_delete(self, sandbox: BaseSandbox, workdir: str) -> None:
+        sandbox.write(self.p(workdir, "d", "f"), "x")
+        with pytest.raises(errors.DirectoryNotEmptyError):
+            sandbox.delete(self.p(workdir, "d"))
+        sandbox.delete(self.p(workdir, "d", "f"))
+        sandbox.delete(self.p(workdir, "d"))
+        with pytest.raises(FileNotFoundError):
+            sandbox.delete(self.p(workdir, "d"))
+
+    def test_recursive_delete_does_not_follow_symlinks(self, sandbox: BaseSandbox, workdir: str) -> None:
+        sandbox.write(self.p(workdir, "keep", "precious"), "x")
+        sandbox.write(self.p(workdir, "tree", "sub", "f"), "y")
+        sandbox.execute(f"ln -s ../keep {self.p(workdir, 'tree', 'link')}")
+        sandbox.delete(self.p(workdir, "tree"), recursive=True)
+        assert sandbox.read_bytes(self.p(workdir, "keep", "precious")) == b"x"
+        assert [e.name for e in sandbox.ls(workdir)] == ["keep"]
+
+    # -- glob / grep ---------------------------------------------------------------------------
+
+    @pytest.fixture
+    def tree(self, sandbox: BaseSandbox, workdir: str) -> str:
+        for name in [
+            "a.py",
+            "b.py",
+            "c.txt",
+            "sub/d.py",
+            "sub/deeper/e.py",
+            ".hidden.py",
+            ".cfg/f.py",
+            "x1",
+            "x2",
+        ]:
+            sandbox.write(self.p(workdir, name), f"# {name}\nneedle in {name}\n")
+        return workdir
+
+    def _glob(self, sandbox: BaseSandbox, pattern: str, root: str, **kw: bool) -> list[str]:
+        result = sandbox.glob(pattern, root, **kw)
+        assert not result.truncated
+        return [posixpath.relpath(m.path, root) for m in result.matches]
+
+    def test_glob_patterns(self, sandbox: BaseSandbox, tree: str) -> None:
+        assert self._glob(sandbox, "*.py", tree) == ["a.py", "b.py"]
+        assert self._glob(sandbox, "**/*.py", tree) == ["a.py", "b.py", "sub/d.py", "sub/deeper/e.py"]
+        assert self._glob(sandbox, "x?", tree) == ["x1", "x2"]
+        assert self._glob(sandbox, "[ab].py", tree) == ["a.py", "b.py"]
+        assert self._glob(sandbox, "[!a].py", tree) == ["b.py"]
+        assert self._glob(sandbox, "{a,c}.*", tree) == ["a.py", "c.txt"]
+        assert self._glob(sandbox, "sub/**", tree) == ["sub/d.py", "sub/deeper", "sub/deeper/e.py"]
+
+    def test_glob_hidden_only_when_asked(self, sandbox: BaseSandbox, tree: str) -> None:
+        assert ".hidden.py" not in self._glob(sandbox, "*", tree)
+        assert self._glob(sandbox, ".*.py", tree) == [".hidden.py"]
+        found = self._glob(sandbox, "**/*.py", tree, include_hidden=True)
+        assert ".hidden.py" in found
+        assert ".cfg/f.py" in found
+
+    def test_glob_relative_to_cwd_by_default(self, sandbox: BaseSandbox, tree: str) -> None:
+        paths = [m.path for m in sandbox.glob(f"{tree}/*.txt").matches]
+        assert paths == [f"{tree}/c.txt"]
+
+    def test_glob_cap_is_explicit(self, sandbox: BaseSandbox, tree: str) -> None:
+        result = sandbox.glob("**/*.py", tree, max_results=2)
+        assert result.truncated
+        assert len(result.matches) == 2
+
+    def test_glob_and_grep_survive_fifo_and_symlink_loops(self, sandbox: BaseSandbox, tree: str) -> None:
+        setup = sandbox.execute(
+            f"cd {tree} && mkfifo pipe.py && ln -s . loop && ln -s loop-b loop-a && ln -s loop-a loop-b"
+        )
+        assert setup.exit_code == 0, setup.output
+        started = time.monotonic()
+        found = self._glob(sandbox, "**/*.py", tree)
+        assert "pipe.py" in found
+        assert not any(f.startswith("loop/") for f in found)
+        matches = sandbox.grep("needle", tree)
+        assert {posixpath.basename(m.path) for m in matches.matches} >= {"a.py", "c.txt", "e.py"}
+        assert time.monotonic() - started < 30
+
+    def test_grep_fixed_regex_case_and_filter(self, sandbox: BaseSandbox, tree: str) -> None:
+        fixed = sandbox.grep("needle in a.py", tree)
+        assert [(posixpath.relpath(m.path, tree), m.line_number, m.line) for m in fixed.matches] == [
+            ("a.py", 2, "needle in a.py")
+        ]
+        assert sandbox.grep("needle.in", tree).matches == []  # fixed strings by default
+        regex = sandbox.grep(r"needle in [ab]\.py$", tree, fixed_strings=False)
+        assert sorted(posixpath.basename(m.path) for m in regex.matches) == ["a.py", "b.py"]
+        assert len(sandbox.grep("NEEDLE IN C", tree, ignore_case=True).matches) == 1
+        only_txt = sandbox.grep("needle", tree, glob="*.txt")
+        assert [posixpath.basename(m.path) for m in only_txt.matches] == ["c.txt"]
+        deep = sandbox.grep("needle", tree, glob="sub/**/*.py")
+        assert sorted(posixpath.relpath(m.path, tree) for m in deep.matches) == [
+            "sub/d.py",
+            "sub/deeper/e.py",
+        ]
+
+    def test_grep_truncation_long_lines_and_binary(self, sandbox: BaseSandbox, workdir: str) -> None:
+        sandbox.write(self.p(workdir, "many.txt"), "hit\n" * 50)
+        sandbox.write(self.p(workdir, "long.txt"), "hit" + "x" * 5000 + "\n")
+        sandbox.write(self.p(workdir, "bin.dat"), b"hit\0binary")
+        capped = sandbox.grep("hit", self.p(workdir, "many.txt"), max_matches=10)
+        assert capped.truncated
+        assert len(capped.matches) == 10
+        long = sandbox.grep("hit", self.p(workdir, "long.txt")).matches[0]
+        assert long.line_truncated
+        assert len(long.line) < 5000
+        result = sandbox.grep("hit", workdir)
+        assert result.skipped_binary == 1
+
+    def test_grep_errors(self, sandbox: BaseSandbox, workdir: str) -> None:
+        with pytest.raises(errors.InvalidArgumentError):
+            sandbox.grep("(unclosed", workdir, fixed_strings=False)
+        with pytest.raises(FileNotFoundError):
+            sandbox.grep("x", self.p(workdir, "missing"))
+
+    # -- hostile names ----------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("name", HOSTILE_NAMES, ids=_name_id)
+    def test_hostile_name_round_trip(self, sandbox: BaseSandbox, workdir: str, name: str | bytes) -> None:
+        raw = os.fsencode(name)
+        path = os.fsencode(workdir) + b"/" + raw
+        sandbox.write(path, b"hostile\n")
+        assert sandbox.read_bytes(path) == b"hostile\n"
+        assert sandbox.read(path).content == "hostile\n"
+        listed = sandbox.ls(workdir)
+        assert [os.fsencode(e.name) for e in listed] == [raw]
+        assert os.fsencode(listed[0].path) == path
+        sandbox.edit(listed[0].path, "hostile", "edited")
+        grep = sandbox.grep("edited", workdir)
+        assert [os.fsencode(m.path) for m in grep.matches] == [path]
+        assert sandbox.stat(path).size == 7
+        sandbox.delete(path)
+        assert sandbox.ls(workdir) == []
+        assert sandbox.execute("ls PWNED 2>/dev/null; ls */PWNED 2>/dev/null").output == ""
+
+    def test_invalid_paths_raise_before_running(self, sandbox: BaseSandbox) -> None:
+        for bad in ["", "nul\0byte"]:
+            with pytest.raises(errors.InvalidPathError):
+                sandbox.write(bad, "x")
+        with pytest.raises(errors.InvalidPathError):
+            sandbox.read("x" * 256)
+
+    # -- async twins --------------------------------------------------------------------------------
+
+    @pytest.mark.asyncio
+    async def test_async_twins(self, sandbox: BaseSandbox, workdir: str) -> None:
+        path = self.p(workdir, "async.txt")
+        assert (await sandbox.aexecute("echo async")).output == "async\n"
+        await sandbox.awrite(path, "one\ntwo\n")
+        assert (await sandbox.aread(path, offset=1)).content == "two\n"
+        await sandbox.aedit(path, "two", "three")
+        assert await sandbox.aread_bytes(path) == b"one\nthree\n"
+        assert [e.name for e in await sandbox.als(workdir)] == ["async.txt"]
+        assert (await sandbox.astat(path)).size == 10
+        assert [m.name for m in (await sandbox.aglob("*.txt", workdir)).matches] == ["async.txt"]
+        assert len((await sandbox.agrep("three", workdir)).matches) == 1
+        assert (await sandbox.arun("pwd", cwd=workdir)).output.strip().endswith(workdir)
+        await sandbox.amkdir(self.p(workdir, "d"))
+        await sandbox.adelete(path)
+        with pytest.raises(FileNotFoundError):
+            await sandbox.aread(path)
+        big = os.urandom(sandbox.max_command_bytes * 2)
+        await sandbox.awrite(self.p(workdir, "big"), big)
+        assert await sandbox.aread_bytes(self.p(workdir, "big")) == big
