@@ -1,0 +1,401 @@
+"""``ModalSandbox``: a :class:`~sandbox_sdk.BaseSandbox` on one ``modal.Sandbox``."""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import shlex
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import anyio
+import modal
+
+from sandbox_sdk import errors
+from sandbox_sdk._core import check_path, new_token
+from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
+from sandbox_sdk.transfer import Progress, UploadSource, _open_source, transfer_error
+
+from ._errors import modal_errors, translate
+
+#: Default timeout of one ``execute`` in seconds.
+DEFAULT_TIMEOUT = 120.0
+#: Default output cap of one ``execute``.
+DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+#: Modal refuses an exec whose arguments total more than 64 KiB (``ARG_MAX_BYTES`` in the SDK,
+#: counted in characters, which never exceed bytes). ``bash``, ``-c`` and :data:`PRELUDE` count too.
+MODAL_ARG_MAX = 64 * 1024
+#: Put before every command: stderr joins stdout (one stream, in order) and stdin is empty,
+#: because Modal keeps an exec's stdin open until the client closes it.
+PRELUDE = "exec </dev/null 2>&1\n"
+#: Renames committing uploaded files, a line per file; prints ``<index> <status>``.
+_COMMIT_FUNCTION = (
+    'c() { if [ -d "$3" ] && [ ! -L "$3" ]; then rm -f -- "$2"; echo "$1 dir"; '
+    'elif mv -f -- "$2" "$3" 2>/dev/null; then echo "$1 ok"; '
+    'else rm -f -- "$2"; echo "$1 fail"; fi; }\n'
+)
+
+
+@dataclass
+class _Output:
+    """Output kept up to the cap; the rest is dropped as it arrives."""
+
+    cap: int
+    kept: bytearray
+    truncated: bool = False
+
+    def add(self, chunk: bytes | str) -> bool:
+        """Keep what fits; ``False`` once over the cap (stop reading)."""
+        data = chunk.encode("utf-8") if isinstance(chunk, str) else chunk
+        room = self.cap - len(self.kept)
+        if len(data) > room:
+            self.kept += data[:room]
+            self.truncated = True
+            return False
+        self.kept += data
+        return True
+
+    def response(self, returncode: int) -> ExecuteResponse:
+        output = bytes(self.kept).decode("utf-8", "replace")
+        if returncode == -1:  # what ContainerProcess.wait() reports for an exec past its timeout
+            return ExecuteResponse(output=output, exit_code=None, truncated=self.truncated, timed_out=True)
+        return ExecuteResponse(output=output, exit_code=returncode, truncated=self.truncated)
+
+
+class ModalSandbox(BaseSandbox):
+    """Runs each command as ``bash -c`` through ``modal.Sandbox.exec``.
+
+    ``execute`` uses the SDK's blocking API and ``aexecute`` its native ``.aio``
+    API. A command past its timeout is killed by Modal (``exec(timeout=)``,
+    whole seconds, rounded up) and reported with ``timed_out=True`` and
+    ``exit_code=None``. ``upload_files`` / ``download_files`` go through
+    ``sandbox.filesystem``; relative paths are taken from :attr:`workdir`.
+    """
+
+    max_command_bytes = MODAL_ARG_MAX - len("bash") - len("-c") - len(PRELUDE) - 512
+
+    def __init__(
+        self,
+        sandbox: modal.Sandbox,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        workdir: str | None = None,
+    ) -> None:
+        if workdir is not None and not workdir.startswith("/"):
+            raise errors.InvalidArgumentError(f"workdir must be absolute, not {workdir!r}")
+        self.sandbox = sandbox
+        self.timeout = timeout
+        self.max_output_bytes = max_output_bytes
+        self._workdir = workdir
+
+    @property
+    def id(self) -> str:
+        return str(self.sandbox.object_id)
+
+    def __repr__(self) -> str:
+        return f"ModalSandbox(id={self.id!r})"
+
+    # -- execute -----------------------------------------------------------------------
+
+    def _exec_timeout(self, timeout: float | None) -> int:
+        seconds = self.timeout if timeout is None else timeout
+        if seconds <= 0:
+            raise errors.InvalidArgumentError(f"timeout must be positive, not {seconds!r}")
+        return max(1, math.ceil(seconds))
+
+    def _check_command(self, command: str) -> str:
+        if not isinstance(command, str):
+            raise errors.InvalidArgumentError("command must be a str")
+        if len(command.encode("utf-8")) > self.max_command_bytes:
+            raise errors.InvalidArgumentError(
+                f"command of {len(command.encode('utf-8'))} bytes exceeds max_command_bytes="
+                f"{self.max_command_bytes} (Modal caps exec arguments at 64 KiB)"
+            )
+        return PRELUDE + command
+
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        script = self._check_command(command)
+        seconds = self._exec_timeout(timeout)
+        output = _Output(self.max_output_bytes, bytearray())
+        with modal_errors(f"execute in {self.id}"):
+            process = self.sandbox.exec(
+                "bash", "-c", script, timeout=seconds, workdir=self._workdir, text=False
+            )
+            for chunk in process.stdout:
+                if not output.add(chunk):
+                    break
+            return output.response(process.wait())
+
+    async def aexecute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        script = self._check_command(command)
+        seconds = self._exec_timeout(timeout)
+        output = _Output(self.max_output_bytes, bytearray())
+        with modal_errors(f"execute in {self.id}"):
+            process = await self.sandbox.exec.aio(
+                "bash", "-c", script, timeout=seconds, workdir=self._workdir, text=False
+            )
+            async for chunk in process.stdout:
+                if not output.add(chunk):
+                    break
+            return output.response(await process.wait.aio())
+
+    # -- native transfers ------------------------------------------------------------------
+
+    def workdir(self) -> str:
+        """The directory relative paths are taken from (the sandbox's working directory)."""
+        if self._workdir is None:
+            response = self.execute("pwd", timeout=self.operation_timeout)
+            if response.exit_code != 0 or not response.output.startswith("/"):
+                raise errors.SandboxRuntimeError(f"cannot find the working directory: {response.output!r}")
+            self._workdir = response.output.strip()
+        return self._workdir
+
+    async def aworkdir(self) -> str:
+        if self._workdir is None:
+            response = await self.aexecute("pwd", timeout=self.operation_timeout)
+            if response.exit_code != 0 or not response.output.startswith("/"):
+                raise errors.SandboxRuntimeError(f"cannot find the working directory: {response.output!r}")
+            self._workdir = response.output.strip()
+        return self._workdir
+
+    def _absolute(self, path: str, workdir: str) -> str:
+        """``path`` made absolute, after the checks every transfer path gets."""
+        check_path(path)
+        return posixpath.normpath(posixpath.join(workdir, path))
+
+    def upload_files(
+        self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
+    ) -> list[FileUploadResponse]:
+        """Each file is written with ``filesystem.write_bytes`` to a hidden name beside its
+        destination (parents created), then all are renamed into place in one command, so
+        a destination is replaced whole or not at all."""
+        plan = _UploadPlan(list(files), progress)
+        if not plan.files:
+            return []
+        workdir = self.workdir()
+        for index, (path, _) in enumerate(plan.files):
+            target = plan.prepare(index, path, lambda p: self._absolute(p, workdir))
+            if target is None:
+                continue
+            data = plan.read(index)
+            if data is None:
+                continue
+            with plan.failures(index):
+                with modal_errors(f"upload {path!r}", path=path):
+                    self.sandbox.filesystem.write_bytes(data, target.staging)
+                plan.staged(index, len(data))
+        for command in plan.commit_commands(self.max_command_bytes):
+            plan.committed(self.execute(command, timeout=self.operation_timeout))
+        return plan.responses()
+
+    async def aupload_files(
+        self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
+    ) -> list[FileUploadResponse]:
+        plan = _UploadPlan(list(files), progress)
+        if not plan.files:
+            return []
+        workdir = await self.aworkdir()
+        limiter = anyio.CapacityLimiter(self.transfer_concurrency)
+
+        async def one(index: int, path: str) -> None:
+            target = plan.prepare(index, path, lambda p: self._absolute(p, workdir))
+            data = None if target is None else plan.read(index)
+            if target is None or data is None:
+                return
+            async with limiter:
+                with plan.failures(index):
+                    with modal_errors(f"upload {path!r}", path=path):
+                        await self.sandbox.filesystem.write_bytes.aio(data, target.staging)
+                    plan.staged(index, len(data))
+
+        async with anyio.create_task_group() as group:
+            for index, (path, _) in enumerate(plan.files):
+                group.start_soon(one, index, path)
+        for command in plan.commit_commands(self.max_command_bytes):
+            plan.committed(await self.aexecute(command, timeout=self.operation_timeout))
+        return plan.responses()
+
+    def download_files(
+        self, paths: Iterable[str], *, progress: Progress | None = None
+    ) -> list[FileDownloadResponse]:
+        """Each file read whole with ``filesystem.read_bytes``; one response per path, in order."""
+        paths = list(paths)
+        if not paths:
+            return []
+        workdir = self.workdir()
+        downloads = _Downloads(paths, progress)
+        for index, path in enumerate(paths):
+            with downloads.failures(index):
+                absolute = self._absolute(path, workdir)
+                with modal_errors(f"download {path!r}", path=path):
+                    downloads.done(index, self.sandbox.filesystem.read_bytes(absolute))
+        return downloads.responses()
+
+    async def adownload_files(
+        self, paths: Iterable[str], *, progress: Progress | None = None
+    ) -> list[FileDownloadResponse]:
+        paths = list(paths)
+        if not paths:
+            return []
+        workdir = await self.aworkdir()
+        downloads = _Downloads(paths, progress)
+        limiter = anyio.CapacityLimiter(self.transfer_concurrency)
+
+        async def one(index: int, path: str) -> None:
+            async with limiter:
+                with downloads.failures(index):
+                    absolute = self._absolute(path, workdir)
+                    with modal_errors(f"download {path!r}", path=path):
+                        downloads.done(index, await self.sandbox.filesystem.read_bytes.aio(absolute))
+
+        async with anyio.create_task_group() as group:
+            for index, path in enumerate(paths):
+                group.start_soon(one, index, path)
+        return downloads.responses()
+
+
+@dataclass
+class _Target:
+    final: str
+    staging: str
+
+
+#: Errors meaning the sandbox itself is unusable: raised, not reported per file.
+_FATAL = (
+    errors.SandboxNotFoundError,
+    errors.AuthenticationError,
+    errors.ProviderUnavailableError,
+    errors.RateLimitedError,
+)
+
+
+class _PerFileFailures:
+    """Per-file error strings of one transfer call."""
+
+    def __init__(self, count: int) -> None:
+        self.errors: list[str | None] = [None] * count
+
+    @contextmanager
+    def failures(self, index: int) -> Iterator[None]:
+        """Turn one file's error into its response so the other files go on; an error
+        meaning the sandbox itself is unusable (gone, credentials, service) propagates."""
+        try:
+            yield
+        except Exception as exc:
+            error = exc if isinstance(exc, errors.SandboxError) else translate(exc, "transfer")
+            if error is None or isinstance(error, _FATAL):
+                raise
+            self.errors[index] = transfer_error(error)
+
+
+class _UploadPlan(_PerFileFailures):
+    def __init__(self, files: Sequence[tuple[str, UploadSource]], progress: Progress | None) -> None:
+        super().__init__(len(files))
+        self.files = files
+        self.progress = progress
+        self.targets: list[_Target | None] = [None] * len(files)
+        self.ready: list[bool] = [False] * len(files)
+        self.sizes: list[int] = [0] * len(files)
+        self.done_bytes = 0
+
+    def prepare(self, index: int, path: str, absolute: Callable[[str], str]) -> _Target | None:
+        with self.failures(index):
+            final = absolute(path)
+            head, tail = posixpath.split(final)
+            if not tail or final == "/":
+                raise errors.SandboxIsADirectoryError(f"upload target {path!r} is a directory", path=path)
+            self.targets[index] = _Target(final, posixpath.join(head, f".{tail[:200]}.sbx-{new_token()}"))
+            return self.targets[index]
+        return None
+
+    def read(self, index: int) -> bytes | None:
+        try:
+            source = _open_source(self.files[index][1])
+        except OSError as exc:
+            self.errors[index] = f"cannot read local source: {exc}"
+            return None
+        try:
+            return source.stream.read()
+        finally:
+            source.close()
+
+    def staged(self, index: int, size: int) -> None:
+        self.ready[index] = True
+        self.sizes[index] = size
+
+    def commit_commands(self, max_bytes: int) -> list[str]:
+        """Commands renaming every staged file into place, each within ``max_bytes``."""
+        commands: list[str] = []
+        lines: list[str] = []
+        used = len(_COMMIT_FUNCTION)
+        for index, target in enumerate(self.targets):
+            if target is None or not self.ready[index]:
+                continue
+            line = f"c {index} {shlex.quote(target.staging)} {shlex.quote(target.final)}\n"
+            if lines and used + len(line.encode("utf-8")) > max_bytes:
+                commands.append(_COMMIT_FUNCTION + "".join(lines))
+                lines, used = [], len(_COMMIT_FUNCTION)
+            lines.append(line)
+            used += len(line.encode("utf-8"))
+        if lines:
+            commands.append(_COMMIT_FUNCTION + "".join(lines))
+        return commands
+
+    def committed(self, response: ExecuteResponse) -> None:
+        for line in response.output.splitlines():
+            index_text, _, status = line.partition(" ")
+            if not index_text.isdigit() or int(index_text) >= len(self.files):
+                continue
+            index = int(index_text)
+            path = self.files[index][0]
+            if status == "ok":
+                self.done_bytes += self.sizes[index]
+                if self.progress is not None:
+                    total = sum(self.sizes)
+                    self.progress(self.done_bytes, total)
+                self.ready[index] = False
+                self.targets[index] = None
+            elif status == "dir":
+                self.errors[index] = transfer_error(
+                    errors.SandboxIsADirectoryError("is a directory", path=path)
+                )
+            else:
+                self.errors[index] = f"could not move the uploaded file into place at {path!r}"
+        if response.exit_code != 0:
+            raise errors.SandboxRuntimeError(f"committing uploads failed: {response.output[-500:]!r}")
+
+    def responses(self) -> list[FileUploadResponse]:
+        results = []
+        for index, (path, _) in enumerate(self.files):
+            error = self.errors[index]
+            if error is None and self.targets[index] is not None:
+                error = "upload was not committed"
+            results.append(FileUploadResponse(path=path, error=error))
+        return results
+
+
+class _Downloads(_PerFileFailures):
+    def __init__(self, paths: Sequence[str], progress: Progress | None) -> None:
+        super().__init__(len(paths))
+        self.paths = paths
+        self.progress = progress
+        self.contents: list[bytes | None] = [None] * len(paths)
+        self.done_bytes = 0
+
+    def done(self, index: int, content: bytes) -> None:
+        self.contents[index] = bytes(content)
+        self.done_bytes += len(content)
+        if self.progress is not None:
+            self.progress(self.done_bytes, self.done_bytes)
+
+    def responses(self) -> list[FileDownloadResponse]:
+        return [
+            FileDownloadResponse(path=path, content=self.contents[i], error=self.errors[i])
+            for i, path in enumerate(self.paths)
+        ]
+
+
+__all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "DEFAULT_TIMEOUT", "ModalSandbox"]
