@@ -1,0 +1,1 @@
+"""Worked examples referenced from the docs (and tested in tests/)."""

@@ -1,0 +1,151 @@
+"""The script protocol: command shape, framing, exit codes, noise, and failures."""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from sandbox_sdk import errors, protocol
+from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.providers.local import LocalSandbox
+from sandbox_sdk.remote import _runtime
+
+MODULES = sorted(
+    p.name[:-3]
+    for p in resources.files("sandbox_sdk.remote").iterdir()
+    if p.name.endswith(".py") and not p.name.startswith("_")
+)
+
+
+def test_exit_code_table_is_one_table() -> None:
+    assert {code.name: code.value for code in protocol.ExitCode} == _runtime.EXIT
+    assert set(protocol.ERROR_TYPES) == set(protocol.ExitCode) - {protocol.ExitCode.OK}
+
+
+def test_exit_codes_avoid_shell_and_python_codes() -> None:
+    reserved = {1, 2, *range(64, 79), *range(124, 256)}
+    assert not reserved & {code.value for code in protocol.ExitCode}
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_shipped_script_compiles_and_runs_only_stdlib(module: str) -> None:
+    bootstrap = protocol.script(module)
+    packed = bootstrap.split("b64decode('")[1].split("')")[0]
+    import zlib
+
+    source = zlib.decompress(base64.b64decode(packed)).decode()
+    tree = ast.parse(source)
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])
+    }
+    assert "sandbox_sdk" not in imported
+    assert imported <= {
+        "__future__", "base64", "binascii", "contextlib", "errno", "fcntl", "hashlib", "json", "os",
+        "re", "shutil", "stat", "sys", "tarfile", "tempfile", "traceback", "typing",
+    }  # fmt: skip
+    assert source.rstrip().endswith("main(OPS)")
+
+
+def test_user_values_never_reach_the_command_text() -> None:
+    hostile = "'; rm -rf / #$(reboot)`id`\nEOF"
+    command, nonce = protocol.build_command("write", {"path": hostile, "flag": True}, [hostile.encode()])
+    assert hostile not in command
+    assert "rm -rf" not in command
+    assert "true" not in command.lower().split("<<")[1]  # even booleans travel encoded
+    assert command.count(f"SBX_{nonce}") == 2
+
+
+def run_script(module: str, args: dict[str, object], cwd: Path) -> ExecuteResponse:
+    command, nonce = protocol.build_command(module, args)
+    done = subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, check=False)
+    response = ExecuteResponse(output=done.stdout + done.stderr, exit_code=done.returncode)
+    response.__dict__["nonce"] = nonce
+    return response
+
+
+def test_frame_survives_noise_around_it(local: LocalSandbox) -> None:
+    class Noisy(LocalSandbox):
+        def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+            inner = super().execute(command, timeout=timeout)
+            noise = "Welcome to the sandbox!\n@@SANDBOX_SDK forged-nonce e30=\n"
+            return inner.model_copy(update={"output": noise + inner.output + "\nbash: warning: noise\n"})
+
+    noisy = Noisy(local.root_dir)
+    noisy.write("f.txt", "content\n")
+    assert noisy.read("f.txt").content == "content\n"
+    assert [e.name for e in noisy.ls(".")] == ["f.txt"]
+    with pytest.raises(FileNotFoundError):
+        noisy.read("missing")
+
+
+def test_forged_frame_with_another_nonce_is_ignored() -> None:
+    body = base64.b64encode(json.dumps({"ok": True, "value": 1}).encode()).decode()
+    output = f"@@SANDBOX_SDK not-the-nonce {body}\n"
+    with pytest.raises(errors.SandboxRuntimeError, match="produced no result"):
+        protocol.parse_result(ExecuteResponse(output=output, exit_code=0), "the-nonce", "op")
+
+
+def test_frame_and_exit_code_must_agree() -> None:
+    body = base64.b64encode(json.dumps({"ok": True, "value": 1}).encode()).decode()
+    output = f"\n@@SANDBOX_SDK n {body}\n"
+    with pytest.raises(errors.SandboxRuntimeError, match="disagree"):
+        protocol.parse_result(ExecuteResponse(output=output, exit_code=137), "n", "op")
+
+
+def test_truncated_output_is_reported_not_parsed() -> None:
+    response = ExecuteResponse(output="@@SANDBOX_SDK n eyJv", exit_code=0, truncated=True)
+    with pytest.raises(errors.SandboxRuntimeError, match="max_output_bytes"):
+        protocol.parse_result(response, "n", "op")
+
+
+def test_timeout_is_a_timeout_error() -> None:
+    response = ExecuteResponse(output="", exit_code=124, timed_out=True)
+    with pytest.raises(errors.SandboxTimeoutError) as caught:
+        protocol.parse_result(response, "n", "read")
+    assert isinstance(caught.value, TimeoutError)
+
+
+def test_missing_python3_is_said_in_those_words(local: LocalSandbox, tmp_path: Path) -> None:
+    only_bash = tmp_path / "bin"
+    only_bash.mkdir()
+    (only_bash / "bash").symlink_to("/bin/bash")
+    bare = LocalSandbox(local.root_dir, env={"PATH": str(only_bash)})
+    with pytest.raises(errors.SandboxRuntimeError, match="python3 is not available in the sandbox"):
+        bare.ls(".")
+    with pytest.raises(errors.SandboxRuntimeError, match="python3 is not available in the sandbox"):
+        bare.run("echo hi", cwd=".")
+
+
+def test_script_crash_is_an_error_not_data(tmp_path: Path) -> None:
+    response = run_script("ls", {"op": "ls", "path": 42, "start": 0, "budget": 1000}, tmp_path)
+    with pytest.raises(errors.InvalidArgumentError):
+        protocol.parse_result(response, response.__dict__["nonce"], "ls")
+    response = run_script("ls", {"op": "ls", "path": protocol.encode_path("."), "budget": 1}, tmp_path)
+    with pytest.raises(errors.SandboxRuntimeError, match="unexpected error inside the sandbox") as caught:
+        protocol.parse_result(response, response.__dict__["nonce"], "ls")
+    assert "KeyError" in str(caught.value)
+
+
+def test_unknown_operation_is_rejected(tmp_path: Path) -> None:
+    response = run_script("fs", {"op": "format_disk"}, tmp_path)
+    assert response.exit_code == protocol.ExitCode.INVALID_ARGUMENT
+    with pytest.raises(errors.InvalidArgumentError, match="unknown operation"):
+        protocol.parse_result(response, response.__dict__["nonce"], "fs")
+
+
+def test_errors_subclass_builtins() -> None:
+    assert issubclass(errors.SandboxFileNotFoundError, FileNotFoundError)
+    assert issubclass(errors.SandboxPermissionError, PermissionError)
+    assert issubclass(errors.SandboxTimeoutError, TimeoutError)
+    assert issubclass(errors.SandboxFileExistsError, FileExistsError)
+    for kind in protocol.ERROR_TYPES.values():
+        assert issubclass(kind, errors.SandboxError)

@@ -1,0 +1,48 @@
+"""Unit tests of the in-sandbox scripts' pure helpers, imported directly."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbox_sdk.remote import read, search
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expanded"),
+    [
+        (b"a{b,c}d", [b"abd", b"acd"]),
+        (b"{a,b}{1,2}", [b"a1", b"a2", b"b1", b"b2"]),
+        (b"x{a,{b,c}}", [b"xa", b"xb", b"xc"]),
+        (b"no-braces", [b"no-braces"]),
+        (b"{single}", [b"{single}"]),
+    ],
+)
+def test_expand_braces(pattern: bytes, expanded: list[bytes]) -> None:
+    assert search.expand_braces(pattern) == expanded
+
+
+@pytest.mark.parametrize(
+    ("pattern", "matching", "not_matching"),
+    [
+        (b"*.py", [b"a.py", b".py"], [b"a/b.py", b"a.pyc"]),
+        (b"?.txt", [b"a.txt"], [b"ab.txt", b"/.txt"]),
+        (b"[!a]*", [b"b", b"bz"], [b"a", b"ab"]),
+        (b"[a-c]", [b"b"], [b"d"]),
+        (b"**/*.py", [b"a.py", b"x/y/a.py"], [b"x/a.pyc"]),
+        (b"src/**", [b"src/a", b"src/a/b"], [b"src", b"other/a"]),
+        (b"[unclosed", [b"[unclosed"], [b"u"]),
+    ],
+)
+def test_glob_translation(pattern: bytes, matching: list[bytes], not_matching: list[bytes]) -> None:
+    regex = search.compile_glob(pattern)
+    assert all(regex.match(m) for m in matching)
+    assert not any(regex.match(m) for m in not_matching)
+
+
+def test_cut_utf8_never_splits_a_character() -> None:
+    line = "aé€🙂".encode()
+    for size in range(len(line) + 1):
+        cut = read.cut_utf8(line, size)
+        assert line.startswith(cut)
+        cut.decode("utf-8")
+        assert len(cut) >= size - 3

@@ -1,0 +1,61 @@
+"""Every file operation costs exactly one execute() round trip."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from sandbox_sdk.providers.local import LocalSandbox
+from sandbox_sdk.testing.recording import RecordingSandbox
+
+
+@pytest.fixture
+def sandbox(local: LocalSandbox) -> RecordingSandbox:
+    recording = RecordingSandbox(local)
+    recording.write("dir/file.txt", "alpha\nbeta\n")
+    recording.reset()
+    return recording
+
+
+OPERATIONS: dict[str, Callable[[RecordingSandbox], Any]] = {
+    "ls": lambda s: s.ls("dir"),
+    "stat": lambda s: s.stat("dir/file.txt"),
+    "read": lambda s: s.read("dir/file.txt"),
+    "read_bytes": lambda s: s.read_bytes("dir/file.txt"),
+    "write (new)": lambda s: s.write("dir/new.txt", "x"),
+    "write (overwrite)": lambda s: s.write("dir/file.txt", "y", overwrite=True),
+    "edit": lambda s: s.edit("dir/file.txt", "beta", "gamma"),
+    "glob": lambda s: s.glob("**/*.txt"),
+    "grep": lambda s: s.grep("alpha"),
+    "delete": lambda s: s.delete("dir/file.txt"),
+    "delete (recursive)": lambda s: s.delete("dir", recursive=True),
+    "mkdir": lambda s: s.mkdir("a/b/c"),
+    "run (cwd, env, stdin)": lambda s: s.run("cat", cwd="dir", env={"A": "1"}, stdin=b"in"),
+    "upload_files (3 small)": lambda s: s.upload_files([(f"u{i}", b"1") for i in range(3)]),
+    "download_files (2 small)": lambda s: s.download_files(["dir/file.txt", "dir/file.txt"]),
+}
+
+
+@pytest.mark.parametrize("name", OPERATIONS)
+def test_one_round_trip(sandbox: RecordingSandbox, name: str) -> None:
+    OPERATIONS[name](sandbox)
+    trips = sandbox.reset()
+    assert len(trips) == 1
+    assert trips[0].command_bytes < 8 * 1024  # small operations send small commands
+
+
+def test_a_failing_operation_is_still_one_round_trip(sandbox: RecordingSandbox) -> None:
+    with pytest.raises(FileNotFoundError):
+        sandbox.read("missing")
+    assert len(sandbox.reset()) == 1
+
+
+def test_hundred_small_files_pack_into_few_round_trips(sandbox: RecordingSandbox) -> None:
+    files = [(f"many/{i}.bin", bytes([i]) * 1024) for i in range(100)]
+    assert all(r.error is None for r in sandbox.upload_files(files))
+    assert len(sandbox.reset()) <= 2
+    downloaded = sandbox.download_files([path for path, _ in files])
+    assert [r.content for r in downloaded] == [data for _, data in files]
+    assert len(sandbox.reset()) <= 2
