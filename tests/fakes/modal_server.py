@@ -180,6 +180,11 @@ class _State:
 
     def __init__(self, root: Path, token_id: str, token_secret: str) -> None:
         self.root = root
+        # ``python3`` inside sandboxes is the real interpreter running the fake: the one first
+        # on the host's PATH may be a slow shim (pyenv), and the SDK runs python3 in every file op.
+        self.bin_dir = root / ".bin"
+        self.bin_dir.mkdir()
+        (self.bin_dir / "python3").symlink_to(os.path.realpath(sys.executable))
         self.token_id = token_id
         self.token_secret = token_secret
         self.jwt = _make_jwt()
@@ -451,7 +456,7 @@ class _CommandRouter(_unimplemented_rpcs(TaskCommandRouterBase), TaskCommandRout
         if argv[0] == FS_TOOLS_PATH:
             argv = [sys.executable, str(_FS_TOOLS_SCRIPT), *argv[1:]]
         env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PATH": f"{self.state.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             "HOME": str(sandbox.directory),
             "LANG": "C.UTF-8",
         }
@@ -633,7 +638,9 @@ class FakeModalServer:
     def start(self) -> None:
         self._thread.start()
 
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP spelled out: asyncio only sets TCP_NODELAY on sockets that say so,
+        # and without it every RPC waits ~40 ms for a delayed ACK.
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         listener.bind(("127.0.0.1", 0))
         self.port = int(listener.getsockname()[1])
 
