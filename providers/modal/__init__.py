@@ -150,19 +150,24 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
     def list(
         self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
     ) -> SandboxPage:
-        """Running sandboxes of the app carrying ``labels``, newest first. The cursor is the
-        last id handed out; Modal's own ``before_timestamp`` paging runs underneath."""
+        """Running sandboxes of the app carrying ``labels``, newest first, over Modal's own
+        (``before_timestamp``) paging. The cursor names the last sandbox handed out and when it
+        was created, so paging goes on correctly even if that sandbox is deleted meanwhile."""
         app = self._get_app()
         page = _Page(cursor, limit)
         with modal_errors("list Modal sandboxes"):
-            for sandbox in modal.Sandbox.list(app_id=app.app_id, tags=dict(labels or {}), client=self.client):
-                if page.full:
-                    page.more = True
+            for by_creation_time in (False, True):
+                for sandbox in modal.Sandbox.list(
+                    app_id=app.app_id, tags=dict(labels or {}), client=self.client
+                ):
+                    if page.full:
+                        page.more = True
+                        break
+                    if by_creation_time or page.passed_cursor(sandbox.object_id):
+                        info = self._info(sandbox.object_id, sandbox.get_tags())
+                        page.offer(info, labels, by_creation_time=by_creation_time)
+                if not page.cursor_lost():
                     break
-                if page.wants(sandbox.object_id):
-                    tags = sandbox.get_tags()
-                    if labels_match(tags, labels):
-                        page.add(self._info(sandbox.object_id, tags))
         return page.result()
 
     def delete(self, *, sandbox_id: str) -> None:
@@ -198,15 +203,19 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
         app = await self._aget_app()
         page = _Page(cursor, limit)
         with modal_errors("list Modal sandboxes"):
-            listing = modal.Sandbox.list.aio(app_id=app.app_id, tags=dict(labels or {}), client=self.client)
-            async for sandbox in listing:
-                if page.full:
-                    page.more = True
+            for by_creation_time in (False, True):
+                listing = modal.Sandbox.list.aio(
+                    app_id=app.app_id, tags=dict(labels or {}), client=self.client
+                )
+                async for sandbox in listing:
+                    if page.full:
+                        page.more = True
+                        break
+                    if by_creation_time or page.passed_cursor(sandbox.object_id):
+                        info = self._info(sandbox.object_id, await sandbox.get_tags.aio())
+                        page.offer(info, labels, by_creation_time=by_creation_time)
+                if not page.cursor_lost():
                     break
-                if page.wants(sandbox.object_id):
-                    tags = await sandbox.get_tags.aio()
-                    if labels_match(tags, labels):
-                        page.add(self._info(sandbox.object_id, tags))
         return page.result()
 
     async def adelete(self, *, sandbox_id: str) -> None:
@@ -216,12 +225,25 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
 
 
 class _Page:
-    """One page of ``list``: everything after the cursor id, up to ``limit``."""
+    """One page of ``list``: the sandboxes after the cursor, up to ``limit``.
+
+    A cursor is ``<created-at>/<id>`` of the last sandbox of the previous page. The
+    listing is first walked by id (no extra requests for the sandboxes before it); if
+    that sandbox is gone, it is walked again comparing creation times instead."""
 
     def __init__(self, cursor: str | None, limit: int) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise errors.InvalidArgumentError(f"limit must be an int >= 1, not {limit!r}")
-        self.after = cursor
+        self.after_id: str | None = None
+        self.after_time = 0.0
+        if cursor is not None:
+            created, _, sandbox_id = cursor.partition("/")
+            try:
+                self.after_time = float(created)
+            except ValueError:
+                raise errors.InvalidArgumentError(f"not a cursor of this provider: {cursor!r}") from None
+            self.after_id = sandbox_id
+        self.passed = cursor is None
         self.limit = limit
         self.items: builtins.list[SandboxInfo] = []
         self.more = False
@@ -230,18 +252,29 @@ class _Page:
     def full(self) -> bool:
         return len(self.items) >= self.limit
 
-    def wants(self, sandbox_id: str) -> bool:
-        if self.after is None:
-            return True
-        if sandbox_id == self.after:
-            self.after = None
-        return False
+    def passed_cursor(self, sandbox_id: str) -> bool:
+        """Whether ``sandbox_id`` comes after the cursor (walking by id)."""
+        if not self.passed and sandbox_id == self.after_id:
+            self.passed = True
+            return False
+        return self.passed
 
-    def add(self, info: SandboxInfo) -> None:
-        self.items.append(info)
+    def cursor_lost(self) -> bool:
+        """The cursor's sandbox was not in the listing: walk again by creation time."""
+        if self.passed:
+            return False
+        self.passed = True
+        return True
+
+    def offer(self, info: SandboxInfo, labels: Mapping[str, str] | None, *, by_creation_time: bool) -> None:
+        if by_creation_time and info.created_at.timestamp() >= self.after_time:
+            return
+        if labels_match(info.labels, labels):
+            self.items.append(info)
 
     def result(self) -> SandboxPage:
-        next_cursor = self.items[-1].id if self.more and self.items else None
+        last = self.items[-1] if self.more and self.items else None
+        next_cursor = None if last is None else f"{last.created_at.timestamp():.6f}/{last.id}"
         return SandboxPage(items=self.items, next_cursor=next_cursor)
 
 

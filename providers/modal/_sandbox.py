@@ -14,6 +14,7 @@ import modal
 
 from sandbox_sdk import errors
 from sandbox_sdk._core import check_path, new_token
+from sandbox_sdk._process import TIMEOUT_EXIT_CODE
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.transfer import Progress, UploadSource, _open_source, transfer_error
@@ -46,9 +47,8 @@ class _Output:
     kept: bytearray
     truncated: bool = False
 
-    def add(self, chunk: bytes | str) -> bool:
+    def add(self, data: bytes) -> bool:
         """Keep what fits; ``False`` once over the cap (stop reading)."""
-        data = chunk.encode("utf-8") if isinstance(chunk, str) else chunk
         room = self.cap - len(self.kept)
         if len(data) > room:
             self.kept += data[:room]
@@ -60,7 +60,9 @@ class _Output:
     def response(self, returncode: int) -> ExecuteResponse:
         output = bytes(self.kept).decode("utf-8", "replace")
         if returncode == -1:  # what ContainerProcess.wait() reports for an exec past its timeout
-            return ExecuteResponse(output=output, exit_code=None, truncated=self.truncated, timed_out=True)
+            return ExecuteResponse(
+                output=output, exit_code=TIMEOUT_EXIT_CODE, truncated=self.truncated, timed_out=True
+            )
         return ExecuteResponse(output=output, exit_code=returncode, truncated=self.truncated)
 
 
@@ -70,7 +72,7 @@ class ModalSandbox(BaseSandbox):
     ``execute`` uses the SDK's blocking API and ``aexecute`` its native ``.aio``
     API. A command past its timeout is killed by Modal (``exec(timeout=)``,
     whole seconds, rounded up) and reported with ``timed_out=True`` and
-    ``exit_code=None``. ``upload_files`` / ``download_files`` go through
+    exit code 124, as the other providers do. ``upload_files`` / ``download_files`` go through
     ``sandbox.filesystem``; relative paths are taken from :attr:`workdir`.
     """
 

@@ -60,10 +60,10 @@ def test_registered_as_entry_point(modal_env: FakeModalServer) -> None:
 # -- execute -----------------------------------------------------------------------------------
 
 
-def test_timeout_reports_timed_out_without_exit_code(sandbox: ModalSandbox) -> None:
+def test_timeout_reports_timed_out_with_exit_code_124(sandbox: ModalSandbox) -> None:
     response = sandbox.execute("echo before; sleep 20", timeout=1)
     assert response.timed_out
-    assert response.exit_code is None
+    assert response.exit_code == 124
     assert response.output == "before\n"
 
 
@@ -97,7 +97,7 @@ async def test_aexecute_uses_native_async(sandbox: ModalSandbox) -> None:
     response = await sandbox.aexecute("echo $((6 * 7)) >&2; exit 4")
     assert (response.output, response.exit_code) == ("42\n", 4)
     slow = await sandbox.aexecute("sleep 20", timeout=1)
-    assert slow.timed_out and slow.exit_code is None
+    assert slow.timed_out and slow.exit_code == 124
 
 
 def test_terminated_sandbox_raises_not_found(provider: ModalProvider, sandbox: ModalSandbox) -> None:
@@ -164,6 +164,14 @@ def test_list_filters_by_labels_and_pages_with_cursor(
         assert info.created_at.timestamp() > 0
         ids = [info.id for info in provider.iter_sandboxes(labels={"batch": "a"}, page_size=2)]
         assert ids == [s.id for s in reversed(made)]
+        # the cursor's sandbox deleted between pages: the next page still starts right after it
+        page = provider.list(labels={"batch": "a"}, limit=2)
+        provider.delete(sandbox_id=page.items[-1].id)
+        assert page.next_cursor is not None
+        rest = provider.list(labels={"batch": "a"}, cursor=page.next_cursor, limit=10)
+        assert [info.id for info in rest.items] == [s.id for s in reversed(made)][2:]
+        with pytest.raises(errors.InvalidArgumentError):
+            provider.list(cursor="not-a-cursor")
     finally:
         modal_server.page_size = 3
 
@@ -192,6 +200,13 @@ async def test_async_lifecycle(provider: ModalProvider) -> None:
     assert again.id == sandbox.id
     page = await provider.alist(labels={"async": "yes"})
     assert [info.id for info in page.items] == [sandbox.id]
+    newer = await provider.acreate(labels={"async": "yes", "n": "2"})
+    first = await provider.alist(labels={"async": "yes"}, limit=1)
+    assert [info.id for info in first.items] == [newer.id]
+    assert first.next_cursor is not None
+    await provider.adelete(sandbox_id=newer.id)
+    rest = await provider.alist(labels={"async": "yes"}, cursor=first.next_cursor)
+    assert ([info.id for info in rest.items], rest.next_cursor) == ([sandbox.id], None)
     await provider.adelete(sandbox_id=sandbox.id)
     await provider.adelete(sandbox_id=sandbox.id)
     with pytest.raises(errors.SandboxNotFoundError):
