@@ -43,6 +43,7 @@ Task command router RPCs served:
 ``/__modal/.bin/modal-sandbox-fs-tools`` (what ``Sandbox.filesystem`` execs) is
 served by running ``modal_fs_tools.py`` next to this file as that process.
 
+:meth:`FakeModalServer.fail` makes chosen RPCs fail with a chosen gRPC status.
 Sandbox lifetime (``timeout``) is enforced: the sandbox is terminated with a
 TIMEOUT result when it runs out. Paths are host paths: the sandbox directory is
 only the default working directory, not a chroot, so tests use paths under it.
@@ -70,6 +71,7 @@ from typing import Any, TypeVar, cast
 
 from google.protobuf import empty_pb2
 from grpclib import GRPCError, Status
+from grpclib.events import RecvRequest, listen
 from grpclib.server import Server, Stream
 from modal._image import LATEST_IMAGE_BUILDER_VERSION
 from modal_proto import api_pb2
@@ -189,7 +191,7 @@ class _State:
         self.token_secret = token_secret
         self.jwt = _make_jwt()
         self.auth_token = _make_jwt()
-        self.list_pages_served = 0
+        self.failures: dict[str, tuple[Status, int]] = {}
         self.router_url = ""
         self.page_size = 3
         self.apps: dict[str, str] = {}
@@ -406,7 +408,6 @@ class _ControlPlane(_unimplemented_rpcs(ModalClientBase), ModalClientBase):  # t
             and wanted.items() <= sandbox.tags.items()
         ]
         matches.sort(key=lambda sandbox: sandbox.created_at, reverse=True)
-        self.state.list_pages_served += 1
         await stream.send_message(
             api_pb2.SandboxListResponse(
                 sandboxes=[
@@ -635,6 +636,31 @@ class FakeModalServer:
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=10)
 
+    def fail(self, rpc: str, status: Status, *, times: int = 1) -> None:
+        """Answer the next ``times`` calls of ``rpc`` (e.g. ``"SandboxCreateV2"``) with ``status``:
+        how tests reach the SDK's error paths (rate limits, outages). ``times=0`` cancels."""
+
+        def plan() -> None:
+            self.state.failures.pop(rpc, None)
+            if times > 0:
+                self.state.failures[rpc] = (status, times)
+
+        self.call(plan)
+
+    async def _inject_failure(self, event: RecvRequest) -> None:
+        rpc = event.method_name.rsplit("/", 1)[-1]
+        planned = self.state.failures.pop(rpc, None)
+        if planned is None:
+            return
+        status, times = planned
+        if times > 1:
+            self.state.failures[rpc] = (status, times - 1)
+
+        async def failing(stream: Stream[Any, Any]) -> None:
+            raise GRPCError(status, f"injected {status.name} for {rpc}")
+
+        event.method_func = failing
+
     def start(self) -> None:
         self._thread.start()
 
@@ -646,6 +672,7 @@ class FakeModalServer:
 
         async def serve() -> None:
             self._server = Server([_ControlPlane(self.state), _CommandRouter(self.state)])
+            listen(self._server, RecvRequest, self._inject_failure)
             await self._server.start(sock=listener)
 
         asyncio.run_coroutine_threadsafe(serve(), self._loop).result(timeout=10)

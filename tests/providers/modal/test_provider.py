@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from grpclib import Status
 
 from sandbox_sdk import errors
 from sandbox_sdk.provider import get_provider
@@ -305,3 +306,34 @@ def test_transfers_on_a_terminated_sandbox_raise(provider: ModalProvider, sandbo
         sandbox.download_files(["anything"])
     with pytest.raises(errors.SandboxNotFoundError):
         sandbox.upload_files([("anything", b"x")])
+
+
+# -- service errors ----------------------------------------------------------------------------
+
+
+def test_rate_limit_is_rate_limited_error(provider: ModalProvider, modal_server: FakeModalServer) -> None:
+    provider.create()  # the app exists; the next create is the one refused
+    modal_server.fail("SandboxCreateV2", Status.RESOURCE_EXHAUSTED)
+    with pytest.raises(errors.RateLimitedError):
+        provider.create()
+
+
+def test_outage_is_provider_unavailable(
+    provider: ModalProvider, sandbox: ModalSandbox, modal_server: FakeModalServer
+) -> None:
+    modal_server.fail("SandboxWaitV2", Status.UNAVAILABLE, times=100)
+    try:
+        with pytest.raises(errors.ProviderUnavailableError):
+            provider.get(sandbox.id)
+    finally:
+        modal_server.fail("SandboxWaitV2", Status.UNAVAILABLE, times=0)
+    assert provider.get(sandbox.id).id == sandbox.id
+
+
+def test_unexpected_service_error_is_runtime_error(
+    sandbox: ModalSandbox, modal_server: FakeModalServer
+) -> None:
+    modal_server.fail("TaskExecStart", Status.DATA_LOSS)
+    with pytest.raises(errors.SandboxRuntimeError):
+        sandbox.execute("true")
+    assert sandbox.execute("echo fine").output == "fine\n"
