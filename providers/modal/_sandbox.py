@@ -73,7 +73,7 @@ class ModalSandbox(BaseSandbox):
     API. A command past its timeout is killed by Modal (``exec(timeout=)``,
     whole seconds, rounded up) and reported with ``timed_out=True`` and
     exit code 124, as the other providers do. ``upload_files`` / ``download_files`` go through
-    ``sandbox.filesystem``; relative paths are taken from :attr:`workdir`.
+    ``sandbox.filesystem``; relative paths are taken from :meth:`working_directory`.
     """
 
     max_command_bytes = MODAL_ARG_MAX - len("bash") - len("-c") - len(PRELUDE) - 512
@@ -92,6 +92,7 @@ class ModalSandbox(BaseSandbox):
         self.timeout = timeout
         self.max_output_bytes = max_output_bytes
         self._workdir = workdir
+        self._working_directory = workdir
 
     @property
     def id(self) -> str:
@@ -146,22 +147,24 @@ class ModalSandbox(BaseSandbox):
 
     # -- native transfers ------------------------------------------------------------------
 
-    def workdir(self) -> str:
-        """The directory relative paths are taken from (the sandbox's working directory)."""
-        if self._workdir is None:
-            response = self.execute("pwd", timeout=self.operation_timeout)
-            if response.exit_code != 0 or not response.output.startswith("/"):
-                raise errors.SandboxRuntimeError(f"cannot find the working directory: {response.output!r}")
-            self._workdir = response.output.strip()
-        return self._workdir
+    def working_directory(self) -> str:
+        """The directory relative transfer paths are taken from (asked once with ``pwd``):
+        Modal's file API only takes absolute paths."""
+        if self._working_directory is None:
+            self._remember_working_directory(self.execute("pwd", timeout=self.operation_timeout))
+        assert self._working_directory is not None
+        return self._working_directory
 
-    async def aworkdir(self) -> str:
-        if self._workdir is None:
-            response = await self.aexecute("pwd", timeout=self.operation_timeout)
-            if response.exit_code != 0 or not response.output.startswith("/"):
-                raise errors.SandboxRuntimeError(f"cannot find the working directory: {response.output!r}")
-            self._workdir = response.output.strip()
-        return self._workdir
+    async def aworking_directory(self) -> str:
+        if self._working_directory is None:
+            self._remember_working_directory(await self.aexecute("pwd", timeout=self.operation_timeout))
+        assert self._working_directory is not None
+        return self._working_directory
+
+    def _remember_working_directory(self, response: ExecuteResponse) -> None:
+        if response.exit_code != 0 or not response.output.startswith("/"):
+            raise errors.SandboxRuntimeError(f"cannot find the working directory: {response.output!r}")
+        self._working_directory = response.output.strip()
 
     def _absolute(self, path: str, workdir: str) -> str:
         """``path`` made absolute, after the checks every transfer path gets."""
@@ -177,7 +180,7 @@ class ModalSandbox(BaseSandbox):
         plan = _UploadPlan(list(files), progress)
         if not plan.files:
             return []
-        workdir = self.workdir()
+        workdir = self.working_directory()
         for index, (path, _) in enumerate(plan.files):
             target = plan.prepare(index, path, lambda p: self._absolute(p, workdir))
             if target is None:
@@ -199,7 +202,7 @@ class ModalSandbox(BaseSandbox):
         plan = _UploadPlan(list(files), progress)
         if not plan.files:
             return []
-        workdir = await self.aworkdir()
+        workdir = await self.aworking_directory()
         limiter = anyio.CapacityLimiter(self.transfer_concurrency)
 
         async def one(index: int, path: str) -> None:
@@ -227,7 +230,7 @@ class ModalSandbox(BaseSandbox):
         paths = list(paths)
         if not paths:
             return []
-        workdir = self.workdir()
+        workdir = self.working_directory()
         downloads = _Downloads(paths, progress)
         for index, path in enumerate(paths):
             with downloads.failures(index):
@@ -242,7 +245,7 @@ class ModalSandbox(BaseSandbox):
         paths = list(paths)
         if not paths:
             return []
-        workdir = await self.aworkdir()
+        workdir = await self.aworking_directory()
         downloads = _Downloads(paths, progress)
         limiter = anyio.CapacityLimiter(self.transfer_concurrency)
 
@@ -309,7 +312,7 @@ class _UploadPlan(_PerFileFailures):
             head, tail = posixpath.split(final)
             if not tail or final == "/":
                 raise errors.SandboxIsADirectoryError(f"upload target {path!r} is a directory", path=path)
-            self.targets[index] = _Target(final, posixpath.join(head, f".{tail[:200]}.sbx-{new_token()}"))
+            self.targets[index] = _Target(final, posixpath.join(head, f".sbx-upload-{new_token()}"))
             return self.targets[index]
         return None
 

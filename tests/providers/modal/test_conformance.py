@@ -45,6 +45,7 @@ class _AsyncDrivenSandbox(ModalSandbox):
         return anyio.run(partial(self.adownload_files, list(paths), progress=progress))
 
 
+@pytest.mark.slow
 class TestModalSandboxAsyncApi(SandboxConformanceTests):
     @pytest.fixture(scope="class")
     @classmethod

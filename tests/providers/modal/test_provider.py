@@ -300,7 +300,7 @@ async def test_async_transfers(sandbox: ModalSandbox, modal_server: FakeModalSer
 
 
 def test_transfers_on_a_terminated_sandbox_raise(provider: ModalProvider, sandbox: ModalSandbox) -> None:
-    sandbox.workdir()
+    sandbox.working_directory()
     provider.delete(sandbox_id=sandbox.id)
     with pytest.raises(errors.SandboxNotFoundError):
         sandbox.download_files(["anything"])
