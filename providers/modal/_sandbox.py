@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import posixpath
 import shlex
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -203,22 +203,18 @@ class ModalSandbox(BaseSandbox):
         if not plan.files:
             return []
         workdir = await self.aworking_directory()
-        limiter = anyio.CapacityLimiter(self.transfer_concurrency)
 
         async def one(index: int, path: str) -> None:
             target = plan.prepare(index, path, lambda p: self._absolute(p, workdir))
             data = None if target is None else plan.read(index)
             if target is None or data is None:
                 return
-            async with limiter:
-                with plan.failures(index):
-                    with modal_errors(f"upload {path!r}", path=path):
-                        await self.sandbox.filesystem.write_bytes.aio(data, target.staging)
-                    plan.staged(index, len(data))
+            with plan.failures(index):
+                with modal_errors(f"upload {path!r}", path=path):
+                    await self.sandbox.filesystem.write_bytes.aio(data, target.staging)
+                plan.staged(index, len(data))
 
-        async with anyio.create_task_group() as group:
-            for index, (path, _) in enumerate(plan.files):
-                group.start_soon(one, index, path)
+        await _concurrently(one, [path for path, _ in plan.files], self.transfer_concurrency)
         for command in plan.commit_commands(self.max_command_bytes):
             plan.committed(await self.aexecute(command, timeout=self.operation_timeout))
         return plan.responses()
@@ -247,19 +243,39 @@ class ModalSandbox(BaseSandbox):
             return []
         workdir = await self.aworking_directory()
         downloads = _Downloads(paths, progress)
-        limiter = anyio.CapacityLimiter(self.transfer_concurrency)
 
         async def one(index: int, path: str) -> None:
-            async with limiter:
-                with downloads.failures(index):
-                    absolute = self._absolute(path, workdir)
-                    with modal_errors(f"download {path!r}", path=path):
-                        downloads.done(index, await self.sandbox.filesystem.read_bytes.aio(absolute))
+            with downloads.failures(index):
+                absolute = self._absolute(path, workdir)
+                with modal_errors(f"download {path!r}", path=path):
+                    downloads.done(index, await self.sandbox.filesystem.read_bytes.aio(absolute))
 
-        async with anyio.create_task_group() as group:
-            for index, path in enumerate(paths):
-                group.start_soon(one, index, path)
+        await _concurrently(one, paths, self.transfer_concurrency)
         return downloads.responses()
+
+
+async def _concurrently(
+    work: Callable[[int, str], Awaitable[None]], paths: Sequence[str], limit: int
+) -> None:
+    """``work(index, path)`` for every path, ``limit`` at a time (one file in memory each);
+    the first failure is raised as itself, not wrapped in an exception group."""
+    limiter = anyio.CapacityLimiter(limit)
+    failures: list[Exception] = []
+
+    async def guarded(index: int, path: str) -> None:
+        async with limiter:
+            if failures:
+                return
+            try:
+                await work(index, path)
+            except Exception as exc:  # noqa: BLE001 - raised below, after the others stop
+                failures.append(exc)
+
+    async with anyio.create_task_group() as group:
+        for index, path in enumerate(paths):
+            group.start_soon(guarded, index, path)
+    if failures:
+        raise failures[0]
 
 
 @dataclass

@@ -308,6 +308,17 @@ def test_transfers_on_a_terminated_sandbox_raise(provider: ModalProvider, sandbo
         sandbox.upload_files([("anything", b"x")])
 
 
+async def test_async_transfers_on_a_terminated_sandbox_raise(
+    provider: ModalProvider, sandbox: ModalSandbox
+) -> None:
+    await sandbox.aworking_directory()
+    await provider.adelete(sandbox_id=sandbox.id)
+    with pytest.raises(errors.SandboxNotFoundError):
+        await sandbox.adownload_files(["a", "b", "c"])
+    with pytest.raises(errors.SandboxNotFoundError):
+        await sandbox.aupload_files([("a", b"x"), ("b", b"y")])
+
+
 # -- service errors ----------------------------------------------------------------------------
 
 
