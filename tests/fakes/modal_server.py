@@ -47,6 +47,7 @@ served by running ``modal_fs_tools.py`` next to this file as that process.
 Sandbox lifetime (``timeout``) is enforced: the sandbox is terminated with a
 TIMEOUT result when it runs out. Paths are host paths: the sandbox directory is
 only the default working directory, not a chroot, so tests use paths under it.
+``python3`` in a sandbox is the interpreter running the fake.
 """
 
 from __future__ import annotations

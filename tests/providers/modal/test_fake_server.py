@@ -12,6 +12,7 @@ from pathlib import Path
 import modal
 import modal.exception
 import pytest
+from grpclib import Status
 
 from tests.fakes.modal_server import FakeModalServer
 
@@ -63,6 +64,15 @@ def test_filesystem_round_trip_and_errors(sandbox: modal.Sandbox, modal_env: Fak
         sandbox.filesystem.write_bytes(b"x", f"{root}/deep")
     with pytest.raises(modal.exception.SandboxFilesystemNotADirectoryError):
         sandbox.filesystem.write_bytes(b"x", f"{root}/deep/er/blob.bin/child")
+
+
+def test_stdin_stream_resumes_after_a_dropped_stream(
+    sandbox: modal.Sandbox, modal_env: FakeModalServer
+) -> None:
+    root = modal_env.sandbox_directory(sandbox.object_id)
+    modal_env.fail("TaskExecStdinWriteStream", Status.UNAVAILABLE)
+    sandbox.filesystem.write_bytes(b"resumed", f"{root}/resumed.txt")  # via TaskExecStdinStatus
+    assert (root / "resumed.txt").read_bytes() == b"resumed"
 
 
 def test_tags_list_from_id_and_terminate(modal_env: FakeModalServer) -> None:
