@@ -31,11 +31,13 @@ MODAL_ARG_MAX = 64 * 1024
 #: Put before every command: stderr joins stdout (one stream, in order) and stdin is empty,
 #: because Modal keeps an exec's stdin open until the client closes it.
 PRELUDE = "exec </dev/null 2>&1\n"
-#: Renames committing uploaded files, a line per file; prints ``<index> <status>``.
+#: Moves uploaded files into place, a line per file, printing ``<index> <status>``. Like the
+#: scripted upload it writes through a symlink and keeps a replaced file's permission bits.
 _COMMIT_FUNCTION = (
-    'c() { if [ -d "$3" ] && [ ! -L "$3" ]; then rm -f -- "$2"; echo "$1 dir"; '
-    'elif mv -f -- "$2" "$3" 2>/dev/null; then echo "$1 ok"; '
-    'else rm -f -- "$2"; echo "$1 fail"; fi; }\n'
+    'c() { t=$3; if [ -L "$t" ]; then t=$(readlink -f -- "$3") || t=$3; fi; '
+    'if [ -d "$t" ]; then rm -f -- "$2"; echo "$1 dir"; return; fi; '
+    '[ -e "$t" ] && chmod --reference="$t" -- "$2" 2>/dev/null; '
+    'if mv -f -- "$2" "$t" 2>/dev/null; then echo "$1 ok"; else rm -f -- "$2"; echo "$1 fail"; fi; }\n'
 )
 
 

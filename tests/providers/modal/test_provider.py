@@ -273,6 +273,22 @@ def test_upload_replaces_whole_file_via_rename(sandbox: ModalSandbox, modal_serv
     assert progress[-1] == (3, 3)
 
 
+def test_upload_keeps_mode_and_writes_through_symlinks(
+    sandbox: ModalSandbox, modal_server: FakeModalServer
+) -> None:
+    root = _root(modal_server, sandbox)
+    (root / "script.sh").write_text("old")
+    (root / "script.sh").chmod(0o751)
+    (root / "real").mkdir()
+    (root / "real/target.txt").write_text("old")
+    (root / "link.txt").symlink_to(root / "real/target.txt")
+    results = sandbox.upload_files([("script.sh", b"new"), ("link.txt", b"through")])
+    assert [r.error for r in results] == [None, None]
+    assert (root / "script.sh").stat().st_mode & 0o777 == 0o751
+    assert (root / "link.txt").is_symlink()
+    assert (root / "real/target.txt").read_bytes() == b"through"
+
+
 def test_download_files_order_and_errors(sandbox: ModalSandbox, modal_server: FakeModalServer) -> None:
     root = _root(modal_server, sandbox)
     (root / "d").mkdir()
