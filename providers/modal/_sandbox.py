@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 import posixpath
 import shlex
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+import time
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import anyio
+import anyio.from_thread
 import modal
 
 from sandbox_sdk import errors
@@ -28,6 +31,9 @@ DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 #: Modal refuses an exec whose arguments total more than 64 KiB (``ARG_MAX_BYTES`` in the SDK,
 #: counted in characters, which never exceed bytes). ``bash``, ``-c`` and :data:`PRELUDE` count too.
 MODAL_ARG_MAX = 64 * 1024
+#: After a command exits, its output is still read until idle this long (background
+#: processes may keep the stream open).
+DRAIN_SECONDS = 0.5
 #: Put before every command: stderr joins stdout (one stream, in order) and stdin is empty,
 #: because Modal keeps an exec's stdin open until the client closes it.
 PRELUDE = "exec </dev/null 2>&1\n"
@@ -41,23 +47,36 @@ _COMMIT_FUNCTION = (
 )
 
 
-@dataclass
 class _Output:
-    """Output kept up to the cap; the rest is dropped as it arrives."""
+    """An exec's output, kept up to the cap; the rest is dropped as it arrives."""
 
-    cap: int
-    kept: bytearray
-    truncated: bool = False
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.kept = bytearray()
+        self.truncated = False
+        self.closed = anyio.Event()
+        self.last_arrival = time.monotonic()
 
-    def add(self, data: bytes) -> bool:
-        """Keep what fits; ``False`` once over the cap (stop reading)."""
-        room = self.cap - len(self.kept)
-        if len(data) > room:
-            self.kept += data[:room]
-            self.truncated = True
-            return False
-        self.kept += data
-        return True
+    async def read(self, stream: AsyncIterable[bytes]) -> None:
+        try:
+            async for data in stream:
+                self.last_arrival = time.monotonic()
+                room = self.cap - len(self.kept)
+                self.kept += data[:room]
+                if len(data) > room:
+                    self.truncated = True
+                    return
+        finally:
+            self.closed.set()
+
+    async def drained(self, idle: float) -> None:
+        """Wait until the stream closes or no output arrived for ``idle`` seconds."""
+        while not self.closed.is_set():
+            remaining = self.last_arrival + idle - time.monotonic()
+            if remaining <= 0:
+                return
+            with anyio.move_on_after(remaining):
+                await self.closed.wait()
 
     def response(self, returncode: int) -> ExecuteResponse:
         output = bytes(self.kept).decode("utf-8", "replace")
@@ -95,6 +114,7 @@ class ModalSandbox(BaseSandbox):
         self.max_output_bytes = max_output_bytes
         self._workdir = workdir
         self._working_directory = workdir
+        self._portals = anyio.from_thread.BlockingPortalProvider()
 
     @property
     def id(self) -> str:
@@ -122,30 +142,28 @@ class ModalSandbox(BaseSandbox):
         return PRELUDE + command
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
-        script = self._check_command(command)
-        seconds = self._exec_timeout(timeout)
-        output = _Output(self.max_output_bytes, bytearray())
-        with modal_errors(f"execute in {self.id}"):
-            process = self.sandbox.exec(
-                "bash", "-c", script, timeout=seconds, workdir=self._workdir, text=False
-            )
-            for chunk in process.stdout:
-                if not output.add(chunk):
-                    break
-            return output.response(process.wait())
+        """:meth:`aexecute` on a private event loop thread: reading output while waiting
+        for the exit status needs concurrency, and this keeps one implementation."""
+        with self._portals as portal:
+            return portal.call(partial(self.aexecute, command, timeout=timeout))
 
     async def aexecute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        """Reads output while waiting for the command to exit; after it exits, output is
+        read until the stream closes or stays idle for :data:`DRAIN_SECONDS` (a background
+        process may hold the stream open long after, as ``local`` allows too)."""
         script = self._check_command(command)
         seconds = self._exec_timeout(timeout)
-        output = _Output(self.max_output_bytes, bytearray())
+        output = _Output(self.max_output_bytes)
         with modal_errors(f"execute in {self.id}"):
             process = await self.sandbox.exec.aio(
                 "bash", "-c", script, timeout=seconds, workdir=self._workdir, text=False
             )
-            async for chunk in process.stdout:
-                if not output.add(chunk):
-                    break
-            return output.response(await process.wait.aio())
+            async with anyio.create_task_group() as group:
+                group.start_soon(output.read, process.stdout)
+                returncode = await process.wait.aio()
+                await output.drained(DRAIN_SECONDS)
+                group.cancel_scope.cancel()
+        return output.response(returncode)
 
     # -- native transfers ------------------------------------------------------------------
 

@@ -259,9 +259,10 @@ def _header(stream: Stream[Any, Any], name: str) -> str | None:
 
 
 def _kill_group(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+    """Kill the exec and everything it started, even after the exec itself has exited
+    (its background children keep its process group)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def _tags(tags: Any) -> dict[str, str]:
@@ -683,6 +684,11 @@ class FakeModalServer:
         async def shutdown() -> None:
             for sandbox in list(self.state.sandboxes.values()):
                 self.state.finish(sandbox, api_pb2.GenericResult.GENERIC_STATUS_TERMINATED, "server stopped")
+            tasks = [
+                t for sb in self.state.sandboxes.values() for proc in sb.execs.values() for t in proc.tasks
+            ]
+            if tasks:
+                await asyncio.wait(tasks, timeout=5)
             if self._server is not None:
                 self._server.close()
                 await self._server.wait_closed()

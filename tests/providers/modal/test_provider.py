@@ -4,6 +4,7 @@ execute edge cases and native transfers, through the real modal SDK."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -364,3 +365,22 @@ def test_unexpected_service_error_is_runtime_error(
     with pytest.raises(errors.SandboxRuntimeError):
         sandbox.execute("true")
     assert sandbox.execute("echo fine").output == "fine\n"
+
+
+def test_background_process_holding_output_does_not_block(sandbox: ModalSandbox) -> None:
+    started = time.monotonic()
+    response = sandbox.execute("sleep 30 & echo started", timeout=20)
+    assert time.monotonic() - started < 5
+    assert (response.output, response.exit_code, response.timed_out) == ("started\n", 0, False)
+
+
+async def test_background_process_holding_output_does_not_block_async(sandbox: ModalSandbox) -> None:
+    started = time.monotonic()
+    response = await sandbox.aexecute("sleep 30 & echo started", timeout=20)
+    assert time.monotonic() - started < 5
+    assert (response.output, response.exit_code, response.timed_out) == ("started\n", 0, False)
+
+
+def test_all_output_arrives_after_the_command_exits(sandbox: ModalSandbox) -> None:
+    response = sandbox.execute("head -c 3000000 /dev/zero | tr '\\0' z")
+    assert response.output == "z" * 3_000_000
