@@ -56,6 +56,7 @@ class _Output:
         self.truncated = False
         self.closed = anyio.Event()
         self.last_arrival = time.monotonic()
+        self.failures: list[Exception] = []
 
     async def read(self, stream: AsyncIterable[bytes]) -> None:
         try:
@@ -66,6 +67,8 @@ class _Output:
                 if len(data) > room:
                     self.truncated = True
                     return
+        except Exception as exc:  # noqa: BLE001 - raised by aexecute, outside the task group
+            self.failures.append(exc)
         finally:
             self.closed.set()
 
@@ -158,11 +161,17 @@ class ModalSandbox(BaseSandbox):
             process = await self.sandbox.exec.aio(
                 "bash", "-c", script, timeout=seconds, workdir=self._workdir, text=False
             )
+            returncode = -1
             async with anyio.create_task_group() as group:
                 group.start_soon(output.read, process.stdout)
-                returncode = await process.wait.aio()
-                await output.drained(DRAIN_SECONDS)
+                try:
+                    returncode = await process.wait.aio()
+                    await output.drained(DRAIN_SECONDS)
+                except Exception as exc:  # noqa: BLE001 - raised below, outside the task group
+                    output.failures.append(exc)
                 group.cancel_scope.cancel()
+            if output.failures:  # as itself (not an exception group), to be translated
+                raise output.failures[0]
         return output.response(returncode)
 
     # -- native transfers ------------------------------------------------------------------

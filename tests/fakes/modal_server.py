@@ -115,9 +115,24 @@ def _make_jwt(expires_in: float = 3600.0) -> str:
     return f"{part({'alg': 'none'})}.{part({'exp': time.time() + expires_in})}.{secrets.token_hex(8)}"
 
 
+class _ExitAwareProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Tells when the process exits. ``Process.wait()`` also waits for every pipe to
+    close, which a background child can put off indefinitely; Modal reports the exec's
+    own exit."""
+
+    def __init__(self) -> None:
+        super().__init__(limit=_STDIO_CHUNK, loop=asyncio.get_running_loop())
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
 @dataclass
 class _Exec:
     process: asyncio.subprocess.Process
+    exited: asyncio.Event
     stdout: bytearray = field(default_factory=bytearray)
     stderr: bytearray = field(default_factory=bytearray)
     closed_fds: set[int] = field(default_factory=set)
@@ -473,8 +488,10 @@ class _CommandRouter(_unimplemented_rpcs(TaskCommandRouterBase), TaskCommandRout
             raise GRPCError(Status.INVALID_ARGUMENT, f"workdir {cwd} does not exist")
         pipe = asyncio.subprocess.PIPE
         devnull = asyncio.subprocess.DEVNULL
+        loop = asyncio.get_running_loop()
         try:
-            process = await asyncio.create_subprocess_exec(
+            transport, protocol = await loop.subprocess_exec(
+                _ExitAwareProtocol,
                 *argv,
                 stdin=pipe,
                 stdout=pipe if request.stdout_config == tcr_pb2.TASK_EXEC_STDOUT_CONFIG_PIPE else devnull,
@@ -485,9 +502,9 @@ class _CommandRouter(_unimplemented_rpcs(TaskCommandRouterBase), TaskCommandRout
             )
         except OSError as exc:
             raise GRPCError(Status.INVALID_ARGUMENT, f"cannot execute {argv[0]}: {exc.strerror}") from exc
-        proc = _Exec(process)
+        process = asyncio.subprocess.Process(transport, protocol, loop)
+        proc = _Exec(process, protocol.exited)
         sandbox.execs[request.exec_id] = proc
-        loop = asyncio.get_running_loop()
         for fd, pipe_reader in (
             (tcr_pb2.TASK_EXEC_STDIO_FILE_DESCRIPTOR_STDOUT, process.stdout),
             (tcr_pb2.TASK_EXEC_STDIO_FILE_DESCRIPTOR_STDERR, process.stderr),
@@ -501,7 +518,7 @@ class _CommandRouter(_unimplemented_rpcs(TaskCommandRouterBase), TaskCommandRout
                     _kill_group(process)
 
             timer = loop.call_later(request.timeout_secs, kill_at_timeout)
-            proc.tasks.append(loop.create_task(_cancel_after_exit(process, timer)))
+            proc.tasks.append(loop.create_task(_cancel_after_exit(proc.exited, timer)))
         await stream.send_message(tcr_pb2.TaskExecStartResponse())
 
     async def TaskExecStdioRead(self, stream: Stream[Any, Any]) -> None:
@@ -553,7 +570,7 @@ class _CommandRouter(_unimplemented_rpcs(TaskCommandRouterBase), TaskCommandRout
     async def TaskExecWait(self, stream: Stream[Any, Any]) -> None:
         request: tcr_pb2.TaskExecWaitRequest = await self._request(stream)
         proc = self.state.exec_of(request.task_id, request.exec_id)
-        await proc.process.wait()
+        await proc.exited.wait()
         status = _exit_status(proc)
         if not status:  # killed at its timeout: never reported, the client's deadline decides
             await asyncio.Event().wait()
@@ -578,8 +595,8 @@ async def _pump(proc: _Exec, fd: int, reader: asyncio.StreamReader | None) -> No
         proc.changed.notify_all()
 
 
-async def _cancel_after_exit(process: asyncio.subprocess.Process, timer: asyncio.TimerHandle) -> None:
-    await process.wait()
+async def _cancel_after_exit(exited: asyncio.Event, timer: asyncio.TimerHandle) -> None:
+    await exited.wait()
     timer.cancel()
 
 

@@ -4,6 +4,7 @@ execute edge cases and native transfers, through the real modal SDK."""
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,9 +21,9 @@ from .conftest import make_provider
 
 
 @pytest.fixture
-def provider(modal_server: FakeModalServer, request: pytest.FixtureRequest) -> Iterator[ModalProvider]:
+def provider(modal_server: FakeModalServer) -> Iterator[ModalProvider]:
     """A provider on an app of its own, so listings only see this test's sandboxes."""
-    provider = make_provider(modal_server, app_name=f"t-{request.node.name}"[:60])
+    provider = make_provider(modal_server, app_name=f"test-{secrets.token_hex(6)}")
     yield provider
     for info in provider.iter_sandboxes():
         provider.delete(sandbox_id=info.id)
@@ -356,6 +357,18 @@ def test_outage_is_provider_unavailable(
     finally:
         modal_server.fail("SandboxWaitV2", Status.UNAVAILABLE, times=0)
     assert provider.get(sandbox.id).id == sandbox.id
+
+
+@pytest.mark.parametrize("rpc", ["TaskExecWait", "TaskExecStdioRead"])
+async def test_errors_while_a_command_runs_are_typed(
+    sandbox: ModalSandbox, modal_server: FakeModalServer, rpc: str
+) -> None:
+    modal_server.fail(rpc, Status.NOT_FOUND)
+    with pytest.raises(errors.SandboxNotFoundError):
+        await sandbox.aexecute("sleep 0.2")
+    modal_server.fail(rpc, Status.PERMISSION_DENIED)
+    with pytest.raises(errors.AuthenticationError):
+        sandbox.execute("sleep 0.2")
 
 
 def test_unexpected_service_error_is_runtime_error(
