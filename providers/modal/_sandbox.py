@@ -93,11 +93,13 @@ class _Output:
 class ModalSandbox(BaseSandbox):
     """Runs each command as ``bash -c`` through ``modal.Sandbox.exec``.
 
-    ``execute`` uses the SDK's blocking API and ``aexecute`` its native ``.aio``
-    API. A command past its timeout is killed by Modal (``exec(timeout=)``,
-    whole seconds, rounded up) and reported with ``timed_out=True`` and
-    exit code 124, as the other providers do. ``upload_files`` / ``download_files`` go through
-    ``sandbox.filesystem``; relative paths are taken from :meth:`working_directory`.
+    ``aexecute`` uses the SDK's native ``.aio`` API (``execute`` runs it on a
+    private event loop thread). A command past its timeout is killed by Modal
+    (``exec(timeout=)``, whole seconds, rounded up) and reported with
+    ``timed_out=True`` and exit code 124, as the other providers do.
+    ``upload_files`` / ``download_files`` (and their async twins) go through
+    ``sandbox.filesystem`` (blocking / ``.aio``); relative paths are taken from
+    :meth:`working_directory`.
     """
 
     max_command_bytes = MODAL_ARG_MAX - len("bash") - len("-c") - len(PRELUDE) - 512
