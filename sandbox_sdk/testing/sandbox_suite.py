@@ -417,7 +417,9 @@ class SandboxConformanceTests:
         assert result.truncated
         assert len(result.matches) == 2
 
-    def test_glob_and_grep_survive_fifo_device_and_symlink_loops(self, sandbox: BaseSandbox, tree: str) -> None:
+    def test_glob_and_grep_survive_fifo_device_and_symlink_loops(
+        self, sandbox: BaseSandbox, tree: str
+    ) -> None:
         setup = sandbox.execute(
             f"cd {tree} && mkfifo pipe.py && ln -s /dev/zero zero.py && ln -s . loop"
             " && ln -s loop-b loop-a && ln -s loop-a loop-b"

@@ -1,0 +1,11 @@
+"""Daytona sandboxes (``pip install "sandbox-sdk[daytona]"``).
+
+Credentials come from the SDK's usual environment variables (``DAYTONA_API_KEY``,
+``DAYTONA_API_URL``, ``DAYTONA_TARGET``; or ``DAYTONA_JWT_TOKEN`` with
+``DAYTONA_ORGANIZATION_ID``) or from the provider's arguments.
+"""
+
+from sandbox_sdk.providers.daytona._provider import DaytonaProvider
+from sandbox_sdk.providers.daytona._sandbox import DaytonaSandbox
+
+__all__ = ["DaytonaProvider", "DaytonaSandbox"]

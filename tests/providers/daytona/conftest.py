@@ -1,0 +1,41 @@
+"""Fixtures that run the fake Daytona server (tests/fakes/daytona_server.py) on 127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+pytest.importorskip(
+    "daytona", reason="the daytona extra is not installed: pip install 'sandbox-sdk[daytona]'"
+)
+
+from sandbox_sdk.providers.daytona import DaytonaProvider
+from tests.fakes.daytona_server import FakeDaytonaServer, running_fake_daytona
+
+
+@pytest.fixture(scope="module")
+def daytona_server() -> Iterator[FakeDaytonaServer]:
+    """One fake control plane + daemon per test module, started on an ephemeral port."""
+    with running_fake_daytona() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def legacy_daytona_server() -> Iterator[FakeDaytonaServer]:
+    """A fake whose daemon splits commands on spaces instead of feeding them to a shell."""
+    with running_fake_daytona(exec_mode="argv-split") as server:
+        yield server
+
+
+@pytest.fixture
+def provider(daytona_server: FakeDaytonaServer) -> DaytonaProvider:
+    return DaytonaProvider(api_key=daytona_server.api_key, api_url=daytona_server.api_url)
+
+
+@pytest.fixture
+async def aprovider(daytona_server: FakeDaytonaServer) -> AsyncIterator[DaytonaProvider]:
+    """A provider for async tests; its AsyncDaytona client is closed on the test's loop."""
+    provider = DaytonaProvider(api_key=daytona_server.api_key, api_url=daytona_server.api_url)
+    yield provider
+    await provider.aclose()
