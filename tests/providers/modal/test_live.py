@@ -1,8 +1,9 @@
-"""``ModalProvider`` against the real Modal service.
+"""``ModalProvider`` against the real Modal service: the conformance kit and a few
+provider checks.
 
 Runs only when ``MODAL_TOKEN_ID`` and ``MODAL_TOKEN_SECRET`` are set in the
-environment; creates one
-short-lived sandbox in the app ``sandbox-sdk-live-tests`` and terminates it.
+environment; creates short-lived sandboxes in the app ``sandbox-sdk-live-tests``
+and terminates them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 from sandbox_sdk import errors
 from sandbox_sdk.providers.modal import ModalProvider, ModalSandbox
+from sandbox_sdk.testing import SandboxConformanceTests
 
 LIVE = bool(os.environ.get("MODAL_TOKEN_ID") and os.environ.get("MODAL_TOKEN_SECRET"))
 pytestmark = pytest.mark.skipif(
@@ -32,6 +34,15 @@ def live_sandbox(live_provider: ModalProvider) -> Iterator[ModalSandbox]:
     sandbox = live_provider.create(labels={"suite": "live"}, timeout=600, idle_timeout=300)
     yield sandbox
     live_provider.delete(sandbox_id=sandbox.id)
+
+
+class TestLiveModalSandbox(SandboxConformanceTests):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def sandbox(cls, live_provider: ModalProvider) -> Iterator[ModalSandbox]:
+        sandbox = live_provider.create(labels={"suite": "live-conformance"}, timeout=1800)
+        yield sandbox
+        live_provider.delete(sandbox_id=sandbox.id)
 
 
 def test_execute_and_timeout(live_sandbox: ModalSandbox) -> None:
