@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import posixpath
 import shlex
 import time
@@ -22,7 +23,7 @@ from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.transfer import Progress, UploadSource, _open_source, transfer_error
 
-from ._errors import modal_errors, translate
+from ._errors import modal_errors
 
 #: Default timeout of one ``execute`` in seconds.
 DEFAULT_TIMEOUT = 120.0
@@ -205,9 +206,10 @@ class ModalSandbox(BaseSandbox):
     def upload_files(
         self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
     ) -> list[FileUploadResponse]:
-        """Each file is written with ``filesystem.write_bytes`` to a hidden name beside its
-        destination (parents created), then all are renamed into place in one command, so
-        a destination is replaced whole or not at all."""
+        """Each file is written with ``filesystem.write_bytes`` (a local path is streamed with
+        ``copy_from_local``) to a hidden name beside its destination (parents created), then
+        all are renamed into place in one command, so a destination is replaced whole or not
+        at all."""
         plan = _UploadPlan(list(files), progress)
         if not plan.files:
             return []
@@ -216,13 +218,16 @@ class ModalSandbox(BaseSandbox):
             target = plan.prepare(index, path, lambda p: self._absolute(p, workdir))
             if target is None:
                 continue
-            data = plan.read(index)
-            if data is None:
+            local = plan.source(index)
+            if local is None:
                 continue
             with plan.failures(index):
                 with modal_errors(f"upload {path!r}", path=path):
-                    self.sandbox.filesystem.write_bytes(data, target.staging)
-                plan.staged(index, len(data))
+                    if local.path is not None:
+                        self.sandbox.filesystem.copy_from_local(local.path, target.staging)
+                    else:
+                        self.sandbox.filesystem.write_bytes(local.data, target.staging)
+                plan.staged(index, local.size)
         for command in plan.commit_commands(self.max_command_bytes):
             plan.committed(self.execute(command, timeout=self.operation_timeout))
         return plan.responses()
@@ -237,13 +242,16 @@ class ModalSandbox(BaseSandbox):
 
         async def one(index: int, path: str) -> None:
             target = plan.prepare(index, path, lambda p: self._absolute(p, workdir))
-            data = None if target is None else plan.read(index)
-            if target is None or data is None:
+            local = None if target is None else plan.source(index)
+            if target is None or local is None:
                 return
             with plan.failures(index):
                 with modal_errors(f"upload {path!r}", path=path):
-                    await self.sandbox.filesystem.write_bytes.aio(data, target.staging)
-                plan.staged(index, len(data))
+                    if local.path is not None:
+                        await self.sandbox.filesystem.copy_from_local.aio(local.path, target.staging)
+                    else:
+                        await self.sandbox.filesystem.write_bytes.aio(local.data, target.staging)
+                plan.staged(index, local.size)
 
         await _concurrently(one, [path for path, _ in plan.files], self.transfer_concurrency)
         for command in plan.commit_commands(self.max_command_bytes):
@@ -310,6 +318,13 @@ async def _concurrently(
 
 
 @dataclass
+class _LocalSource:
+    size: int
+    path: str | None = None
+    data: bytes = b""
+
+
+@dataclass
 class _Target:
     final: str
     staging: str
@@ -336,11 +351,12 @@ class _PerFileFailures:
         meaning the sandbox itself is unusable (gone, credentials, service) propagates."""
         try:
             yield
-        except Exception as exc:
-            error = exc if isinstance(exc, errors.SandboxError) else translate(exc, "transfer")
-            if error is None or isinstance(error, _FATAL):
+        except errors.SandboxError as exc:
+            if isinstance(exc, _FATAL):
                 raise
-            self.errors[index] = transfer_error(error)
+            self.errors[index] = transfer_error(exc)
+        except OSError as exc:  # the local side of a streamed upload
+            self.errors[index] = f"cannot read local source: {exc}"
 
 
 class _UploadPlan(_PerFileFailures):
@@ -363,14 +379,20 @@ class _UploadPlan(_PerFileFailures):
             return self.targets[index]
         return None
 
-    def read(self, index: int) -> bytes | None:
+    def source(self, index: int) -> _LocalSource | None:
+        """What to send for file ``index``: a readable local path (streamed by the SDK) or the
+        bytes of any other source; ``None`` (with the error recorded) if it cannot be read."""
+        data = self.files[index][1]
         try:
-            source = _open_source(self.files[index][1])
+            source = _open_source(data)
         except OSError as exc:
             self.errors[index] = f"cannot read local source: {exc}"
             return None
         try:
-            return source.stream.read()
+            if isinstance(data, str | os.PathLike):
+                return _LocalSource(size=source.size or 0, path=os.fspath(data))
+            content = source.stream.read()
+            return _LocalSource(size=len(content), data=content)
         finally:
             source.close()
 

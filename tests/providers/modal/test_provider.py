@@ -3,6 +3,7 @@ execute edge cases and native transfers, through the real modal SDK."""
 
 from __future__ import annotations
 
+import io
 import os
 import secrets
 import time
@@ -273,6 +274,30 @@ def test_upload_replaces_whole_file_via_rename(sandbox: ModalSandbox, modal_serv
     assert target.read_bytes() == b"new"
     assert target.stat().st_ino != inode  # a new file renamed over the old one, never rewritten in place
     assert progress[-1] == (3, 3)
+
+
+def test_large_path_and_file_object_sources(
+    sandbox: ModalSandbox, modal_server: FakeModalServer, tmp_path: Path
+) -> None:
+    root = _root(modal_server, sandbox)
+    big = os.urandom(3 * 1024 * 1024 + 7)  # several of the SDK's 256 KiB stdin chunks
+    (tmp_path / "big.bin").write_bytes(big)
+    stream = io.BytesIO(b"skipped" + big[:1000])
+    stream.seek(7)  # a file object is read from its position
+    sync = sandbox.upload_files([("big.bin", tmp_path / "big.bin"), ("part.bin", stream)])
+    assert [r.error for r in sync] == [None, None]
+    assert (root / "big.bin").read_bytes() == big
+    assert (root / "part.bin").read_bytes() == big[:1000]
+
+
+async def test_large_path_source_async(
+    sandbox: ModalSandbox, modal_server: FakeModalServer, tmp_path: Path
+) -> None:
+    big = os.urandom(1024 * 1024 + 3)
+    (tmp_path / "big.bin").write_bytes(big)
+    results = await sandbox.aupload_files([("abig.bin", str(tmp_path / "big.bin"))])
+    assert results[0].error is None
+    assert (_root(modal_server, sandbox) / "abig.bin").read_bytes() == big
 
 
 def test_upload_keeps_mode_and_writes_through_symlinks(
