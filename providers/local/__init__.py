@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from sandbox_sdk._local_state import WORKSPACE_DIR, LocalStateProvider, SandboxRecord, mark_used
 from sandbox_sdk._process import run_process
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
@@ -71,3 +72,49 @@ class LocalSandbox(BaseSandbox):
 
     def __repr__(self) -> str:
         return f"LocalSandbox({str(self.root_dir)!r}, id={self.id!r})"
+
+
+class TrackedLocalSandbox(LocalSandbox):
+    """A :class:`LocalSandbox` handed out by :class:`LocalProvider`; each
+    ``execute`` counts as a use for the idle timeout."""
+
+    #: The sandbox's directory in the provider's state (set by the provider).
+    sandbox_dir: Path
+
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        mark_used(self.sandbox_dir)
+        return super().execute(command, timeout=timeout)
+
+
+class LocalProvider(LocalStateProvider[TrackedLocalSandbox]):
+    """Hands out :class:`LocalSandbox` es, each a directory under ``state_dir``.
+
+    **Not isolated** (see the module warning): choose it explicitly, for tests
+    and trusted code. ``create`` options: ``ttl``, ``idle_timeout``, ``setup``
+    (see docs/lifecycle.md)."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str] | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(state_dir)
+        self.timeout = timeout
+        self.max_output_bytes = max_output_bytes
+        self.env = dict(env or {})
+
+    def _open(self, record: SandboxRecord, directory: Path) -> TrackedLocalSandbox:
+        sandbox = TrackedLocalSandbox(
+            directory / WORKSPACE_DIR,
+            sandbox_id=record.id,
+            timeout=self.timeout,
+            max_output_bytes=self.max_output_bytes,
+            env=self.env,
+        )
+        sandbox.sandbox_dir = directory
+        return sandbox

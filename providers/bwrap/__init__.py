@@ -1,0 +1,412 @@
+"""The bubblewrap provider: real isolation on a plain Linux machine.
+
+Every ``execute()`` starts a fresh ``bwrap`` jail over the sandbox's
+persistent workspace (mounted at ``/workspace``, the working directory) and
+its private ``/tmp``. Everything else the jail sees is the host's system
+directories, read-only. It has its own PID, IPC, UTS, cgroup and (unless
+``network=True``) network namespaces, an empty environment plus what the
+caller passes, and per-process resource limits; when the command ends or
+times out the whole PID namespace is killed. See docs/bwrap.md for the model
+and what it does not cover.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sandbox_sdk import errors
+from sandbox_sdk._local_state import WORKSPACE_DIR, LocalStateProvider, SandboxRecord, mark_used
+from sandbox_sdk._process import run_process
+from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.models import ExecuteResponse
+
+#: Where the workspace appears inside the jail (and the working directory).
+WORKSPACE_PATH = "/workspace"
+TMP_DIR = "tmp"
+DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+#: Host uid/gid the jail runs as when the SDK runs as root (``nobody``).
+DEFAULT_ROOT_SANDBOX_USER = (65534, 65534)
+#: Top-level directories that are the system (or symlinks into ``/usr``).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: What of ``/etc`` programs need to run: the dynamic linker, certificates,
+#: name resolution (used only with the network on), time zone. Not passwd,
+#: shadow, ssh keys or anything else of the host's configuration.
+ETC_ENTRIES = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "pki",
+    "localtime",
+    "mime.types",
+    "resolv.conf",
+    "hosts",
+    "nsswitch.conf",
+    "gai.conf",
+    "host.conf",
+    "protocols",
+    "services",
+)
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+BASE_ENV = {
+    "PATH": PATH,
+    "HOME": WORKSPACE_PATH,
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+}
+INSTALL_HINT = (
+    "Install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`; "
+    "Arch: `pacman -S bubblewrap`), or, for trusted code only, choose the unisolated local provider "
+    'explicitly: get_provider("local").'
+)
+NAMESPACE_HINT = (
+    "bubblewrap could not create its namespaces. Unprivileged user namespaces may be disabled: "
+    "`sysctl kernel.unprivileged_userns_clone=1` (older Debian), "
+    "`sysctl kernel.apparmor_restrict_unprivileged_userns=0` or an AppArmor profile for bwrap "
+    "(Ubuntu 23.10+), `sysctl user.max_user_namespaces=15000`; in a container, allow them "
+    "(e.g. Docker `--security-opt seccomp=unconfined --security-opt apparmor=unconfined`). "
+    'For trusted code only, the unisolated local provider is available: get_provider("local").'
+)
+
+
+class ResourceLimits(BaseModel):
+    """Limits on everything one ``execute()`` starts. ``None`` leaves a limit
+    as the host has it.
+
+    ``memory_bytes``, ``file_size_bytes`` and ``cpu_seconds`` are rlimits of
+    each process (address space, largest file written, CPU time);
+    ``processes`` bounds the processes and threads of one jail at once (an
+    rlimit counted in the jail's own user namespace, see docs/bwrap.md), so
+    the memory of a jail is at most ``processes * memory_bytes``.
+    ``timeout`` is the default wall-clock limit, after which every process of
+    the jail is killed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    memory_bytes: int | None = Field(default=2 * 1024**3, gt=0)
+    processes: int | None = Field(default=256, gt=0)
+    file_size_bytes: int | None = Field(default=1024**3, gt=0)
+    cpu_seconds: int | None = Field(default=600, gt=0)
+    open_files: int | None = Field(default=1024, gt=0)
+    timeout: float = Field(default=120.0, gt=0)
+
+    def prlimit_args(self) -> list[str]:
+        """Hard and soft limits both (the jail cannot raise them back)."""
+        pairs = (
+            ("--as", self.memory_bytes),
+            ("--nproc", self.processes),
+            ("--fsize", self.file_size_bytes),
+            ("--cpu", self.cpu_seconds),
+            ("--nofile", self.open_files),
+        )
+        return [f"{flag}={value}" for flag, value in pairs if value is not None] + ["--core=0"]
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name, path=PATH)
+    if path is None:
+        raise errors.ProviderUnavailableError(
+            f"`{name}` (util-linux) is required by the bwrap provider but was not found on {PATH}"
+        )
+    return path
+
+
+def is_initial_user_namespace() -> bool:
+    """Whether uids here are the host's (not remapped by a container runtime);
+    only the host's root is exempt from ``RLIMIT_NPROC``."""
+    try:
+        with open("/proc/self/uid_map") as uid_map:
+            return uid_map.read().split() == ["0", "0", "4294967295"]
+    except OSError:
+        return False
+
+
+def _system_mounts(extra_ro_binds: Sequence[str]) -> list[str]:
+    args: list[str] = []
+    for directory in SYSTEM_DIRS:
+        if os.path.islink(directory):
+            args += ["--symlink", os.readlink(directory), directory]
+        elif os.path.isdir(directory):
+            args += ["--ro-bind", directory, directory]
+    args += ["--perms", "0755", "--dir", "/etc"]
+    for entry in ETC_ENTRIES:
+        args += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
+    for path in extra_ro_binds:
+        args += ["--ro-bind", path, path]
+    return args
+
+
+class Jail:
+    """How to start a bwrap jail on this host, checked once by :meth:`probe`.
+
+    As an ordinary user, bwrap makes a user namespace for the jail (and
+    forbids nested ones), which also makes ``RLIMIT_NPROC`` count only the
+    jail's processes. The host's root (uid 0 not remapped by a container) is
+    exempt from ``RLIMIT_NPROC``, so as root bwrap mounts as root, then the
+    command drops to ``root_sandbox_user`` with no capabilities and
+    ``no_new_privs``, sets the limits and enters a user namespace of its own
+    (created under the limits, so nested namespaces stay bounded too)."""
+
+    def __init__(
+        self,
+        *,
+        bwrap: str | None = None,
+        root_sandbox_user: tuple[int, int] = DEFAULT_ROOT_SANDBOX_USER,
+        extra_ro_binds: Sequence[str] = (),
+    ) -> None:
+        found = shutil.which(bwrap or "bwrap", path=PATH if bwrap is None else None)
+        if found is None:
+            raise errors.ProviderUnavailableError(
+                f"bubblewrap (`{bwrap or 'bwrap'}`) was not found. {INSTALL_HINT}"
+            )
+        self.bwrap = found
+        self.as_root = os.geteuid() == 0 and is_initial_user_namespace()
+        self.root_sandbox_user = root_sandbox_user
+        self.prlimit = _tool("prlimit")
+        self.setpriv = _tool("setpriv") if self.as_root else ""
+        self.unshare = _tool("unshare") if self.as_root else ""
+        self.system_mounts = _system_mounts(extra_ro_binds)
+
+    def argv(
+        self,
+        command: str,
+        *,
+        workspace: Path,
+        tmp_dir: Path,
+        env: Mapping[str, str],
+        limits: ResourceLimits,
+        network: bool,
+    ) -> list[str]:
+        argv = [
+            self.bwrap,
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--hostname",
+            "sandbox",
+        ]
+        if not network:
+            argv.append("--unshare-net")
+        if self.as_root:  # to drop to the sandbox user below; dropped with it
+            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            argv += ["--unshare-user", "--disable-userns"]
+        argv += self.system_mounts
+        argv += [
+            "--proc", "/proc",
+            "--dev", "/dev",
+            "--bind", str(workspace), WORKSPACE_PATH,
+            "--bind", str(tmp_dir), "/tmp",
+            "--remount-ro", "/",  # the jail's own root and /etc: nothing to write there
+            "--chdir", WORKSPACE_PATH,
+            "--clearenv",
+        ]  # fmt: skip
+        for key, value in env.items():
+            argv += ["--setenv", key, value]
+        argv.append("--")
+        if self.as_root:
+            uid, gid = (str(n) for n in self.root_sandbox_user)
+            argv += [self.setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs"]
+            argv += ["--", self.prlimit, *limits.prlimit_args(), "--"]
+            argv += [self.unshare, "--user", f"--map-user={uid}", f"--map-group={gid}", "--"]
+        else:
+            argv += [self.prlimit, *limits.prlimit_args(), "--"]
+        return [*argv, "bash", "-c", command]
+
+    def probe(self, scratch: Path) -> None:
+        """Start one jail; raise ``ProviderUnavailableError`` saying why not."""
+        workspace, tmp_dir = scratch / "workspace", scratch / "tmp"
+        for directory in (workspace, tmp_dir):
+            directory.mkdir(exist_ok=True)
+            self.own(directory)
+        argv = self.argv(
+            "exit 0",
+            workspace=workspace,
+            tmp_dir=tmp_dir,
+            env=BASE_ENV,
+            limits=ResourceLimits(),
+            network=False,
+        )
+        try:
+            result = subprocess.run(
+                argv, capture_output=True, timeout=60, stdin=subprocess.DEVNULL, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise errors.ProviderUnavailableError(
+                f"bubblewrap could not be started: {exc}. {INSTALL_HINT}"
+            ) from exc
+        if result.returncode != 0:
+            detail = (result.stderr or result.stdout).decode("utf-8", "replace").strip()
+            raise errors.ProviderUnavailableError(
+                f"{NAMESPACE_HINT} (bwrap said: {detail or result.returncode})"
+            )
+
+    def own(self, directory: Path) -> None:
+        """Make a directory the jail writes to belong to the user it runs as."""
+        if self.as_root:
+            try:
+                os.chown(directory, *self.root_sandbox_user)
+            except OSError as exc:
+                raise errors.ProviderUnavailableError(
+                    f"cannot give {directory} to uid/gid {self.root_sandbox_user} (root_sandbox_user): {exc}"
+                ) from exc
+
+
+@functools.lru_cache(maxsize=8)
+def checked_jail(
+    bwrap: str | None, root_sandbox_user: tuple[int, int], extra_ro_binds: tuple[str, ...]
+) -> Jail:
+    """A :class:`Jail` that has started once in this process (the probe is cached)."""
+    jail = Jail(bwrap=bwrap, root_sandbox_user=root_sandbox_user, extra_ro_binds=extra_ro_binds)
+    with tempfile.TemporaryDirectory(prefix="sandbox-sdk-bwrap-probe-") as scratch:
+        os.chmod(scratch, 0o755)
+        jail.probe(Path(scratch))
+    return jail
+
+
+class BwrapSandbox(BaseSandbox):
+    """Runs each command in a fresh bubblewrap jail over ``workspace``.
+
+    ``tmp_dir`` is mounted as the jail's ``/tmp`` (it persists between
+    commands, as file operations that stage data there need). Both must be
+    writable by the user the jail runs as (``root_sandbox_user`` under root).
+    Usually obtained from :class:`BwrapProvider`."""
+
+    def __init__(
+        self,
+        workspace: str | os.PathLike[str],
+        *,
+        tmp_dir: str | os.PathLike[str],
+        sandbox_id: str | None = None,
+        limits: ResourceLimits | None = None,
+        network: bool = False,
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        bwrap: str | None = None,
+        root_sandbox_user: tuple[int, int] = DEFAULT_ROOT_SANDBOX_USER,
+        extra_ro_binds: Sequence[str] = (),
+        usage_dir: Path | None = None,
+    ) -> None:
+        self.workspace = Path(workspace).resolve()
+        self.tmp_dir = Path(tmp_dir).resolve()
+        for directory in (self.workspace, self.tmp_dir):
+            if not directory.is_dir():
+                raise NotADirectoryError(f"not a directory: {directory}")
+        self.jail = checked_jail(bwrap, tuple(root_sandbox_user), tuple(extra_ro_binds))
+        self._id = sandbox_id or f"bwrap-{self.workspace.name}"
+        self.limits = limits or ResourceLimits()
+        self.network = network
+        self.env = {**BASE_ENV, **(env or {})}
+        self.max_output_bytes = max_output_bytes
+        self.usage_dir = usage_dir
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        if not isinstance(command, str):
+            raise errors.InvalidArgumentError("command must be a str")
+        if self.usage_dir is not None:
+            mark_used(self.usage_dir)
+        argv = self.jail.argv(
+            command,
+            workspace=self.workspace,
+            tmp_dir=self.tmp_dir,
+            env=self.env,
+            limits=self.limits,
+            network=self.network,
+        )
+        return run_process(
+            argv,
+            cwd=None,
+            env={"PATH": PATH},
+            timeout=self.limits.timeout if timeout is None else timeout,
+            max_output_bytes=self.max_output_bytes,
+        )
+
+    def __repr__(self) -> str:
+        return f"BwrapSandbox({str(self.workspace)!r}, id={self.id!r}, network={self.network})"
+
+
+class BwrapProvider(LocalStateProvider[BwrapSandbox]):
+    """Hands out :class:`BwrapSandbox` es, each a directory under ``state_dir``.
+
+    ``limits``, ``network`` and ``env`` are defaults for new sandboxes;
+    ``create`` takes ``limits`` and ``network`` per sandbox (recorded, so the
+    sandbox keeps them) besides ``ttl``, ``idle_timeout`` and ``setup``.
+    Raises ``ProviderUnavailableError`` at construction if bwrap is missing or
+    cannot start a jail here; it never falls back to running unisolated."""
+
+    name = "bwrap"
+    extra_options = frozenset({"limits", "network"})
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str] | None = None,
+        *,
+        limits: ResourceLimits | None = None,
+        network: bool = False,
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        bwrap: str | None = None,
+        root_sandbox_user: tuple[int, int] = DEFAULT_ROOT_SANDBOX_USER,
+        extra_ro_binds: Sequence[str] = (),
+    ) -> None:
+        self.jail_settings: dict[str, Any] = {
+            "bwrap": bwrap,
+            "root_sandbox_user": tuple(root_sandbox_user),
+            "extra_ro_binds": tuple(extra_ro_binds),
+        }
+        self.jail = checked_jail(bwrap, tuple(root_sandbox_user), tuple(extra_ro_binds))
+        super().__init__(state_dir)
+        self.limits = limits or ResourceLimits()
+        self.network = network
+        self.env = dict(env or {})
+        self.max_output_bytes = max_output_bytes
+
+    def _prepare(self, staging_dir: Path, options: dict[str, Any]) -> dict[str, Any]:
+        limits = options.get("limits", self.limits)
+        if isinstance(limits, Mapping):
+            try:
+                limits = ResourceLimits.model_validate(limits)
+            except ValidationError as exc:
+                raise errors.InvalidArgumentError(f"invalid limits: {exc}") from exc
+        if not isinstance(limits, ResourceLimits):
+            raise errors.InvalidArgumentError("limits must be a ResourceLimits or a mapping of its fields")
+        network = options.get("network", self.network)
+        if not isinstance(network, bool):
+            raise errors.InvalidArgumentError("network must be a bool")
+        (staging_dir / TMP_DIR).mkdir()
+        for directory in (staging_dir / WORKSPACE_DIR, staging_dir / TMP_DIR):
+            self.jail.own(directory)
+        return {"limits": limits.model_dump(), "network": network}
+
+    def _open(self, record: SandboxRecord, directory: Path) -> BwrapSandbox:
+        return BwrapSandbox(
+            directory / WORKSPACE_DIR,
+            tmp_dir=directory / TMP_DIR,
+            sandbox_id=record.id,
+            limits=ResourceLimits.model_validate(record.options.get("limits", {})),
+            network=bool(record.options.get("network", False)),
+            env=self.env,
+            max_output_bytes=self.max_output_bytes,
+            usage_dir=directory,
+            **self.jail_settings,
+        )

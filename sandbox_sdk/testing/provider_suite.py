@@ -1,0 +1,159 @@
+"""``ProviderConformanceTests``: the lifecycle contract of a ``SandboxProvider``.
+
+Subclass it in your provider's tests and supply a ``provider`` fixture that
+yields a provider whose sandboxes the tests may create and delete (each test
+deletes what it made)::
+
+    class TestMyProvider(ProviderConformanceTests):
+        @pytest.fixture
+        def provider(self):
+            yield MyProvider(...)
+
+Every label set the tests use carries a random ``conformance-run`` value, so
+sandboxes left by other users of the same account are never touched.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sandbox_sdk import errors
+from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.provider import SandboxProvider
+
+#: An id no provider hands out, but shaped like the usual ones.
+UNKNOWN_IDS = ("no-such-sandbox", "local-000000000000000000000000", "bwrap-ffffffffffffffffffffffff")
+
+
+class ProviderConformanceTests:
+    """Checks ``get_or_create``, ``get``, ``list``, ``delete`` and their async twins."""
+
+    @pytest.fixture
+    def run_labels(self) -> dict[str, str]:
+        """Labels unique to one test, so listing sees only its own sandboxes."""
+        return {"conformance-run": secrets.token_hex(8)}
+
+    @pytest.fixture
+    def made(self, provider: SandboxProvider[Any]) -> Iterator[list[str]]:
+        """Ids of sandboxes a test created; deleted afterwards."""
+        ids: list[str] = []
+        yield ids
+        for sandbox_id in ids:
+            provider.delete(sandbox_id=sandbox_id)
+
+    def _new(self, provider: SandboxProvider[Any], made: list[str], **kwargs: Any) -> BaseSandbox:
+        sandbox: BaseSandbox = provider.get_or_create(**kwargs)
+        made.append(sandbox.id)
+        return sandbox
+
+    def test_unknown_id_is_not_found(self, provider: SandboxProvider[Any]) -> None:
+        for sandbox_id in UNKNOWN_IDS:
+            with pytest.raises(errors.SandboxNotFoundError):
+                provider.get(sandbox_id)
+            with pytest.raises(errors.SandboxNotFoundError):
+                provider.get_or_create(sandbox_id=sandbox_id)
+
+    def test_get_or_create_by_id_connects_to_the_same_sandbox(
+        self, provider: SandboxProvider[Any], made: list[str]
+    ) -> None:
+        sandbox = self._new(provider, made)
+        sandbox.write("kept.txt", "kept across handles\n")
+        again = provider.get_or_create(sandbox_id=sandbox.id)
+        assert again.id == sandbox.id
+        assert again.read("kept.txt").content == "kept across handles\n"
+        assert provider.get(sandbox.id).execute("cat kept.txt").output == "kept across handles\n"
+
+    def test_get_or_create_without_arguments_makes_a_new_sandbox(
+        self, provider: SandboxProvider[Any], made: list[str]
+    ) -> None:
+        first = self._new(provider, made)
+        second = self._new(provider, made)
+        assert first.id != second.id
+        first.write("only-in-first", "x")
+        assert second.execute("test -e only-in-first").exit_code != 0
+
+    def test_delete_is_idempotent(self, provider: SandboxProvider[Any], made: list[str]) -> None:
+        sandbox = self._new(provider, made)
+        provider.delete(sandbox_id=sandbox.id)
+        provider.delete(sandbox_id=sandbox.id)
+        for sandbox_id in UNKNOWN_IDS:
+            provider.delete(sandbox_id=sandbox_id)
+        with pytest.raises(errors.SandboxNotFoundError):
+            provider.get(sandbox.id)
+        assert sandbox.id not in [info.id for info in provider.iter_sandboxes()]
+
+    def test_labels_reuse_exactly_matching_sandbox(
+        self, provider: SandboxProvider[Any], made: list[str], run_labels: dict[str, str]
+    ) -> None:
+        thread_a = {**run_labels, "thread": "a"}
+        first = self._new(provider, made, labels=thread_a)
+        assert provider.get_or_create(labels=thread_a).id == first.id
+        other = self._new(provider, made, labels={**run_labels, "thread": "b"})
+        assert other.id != first.id
+        superset = self._new(provider, made, labels={**thread_a, "extra": "1"})
+        assert superset.id not in (first.id, other.id)
+        assert provider.get_or_create(labels=thread_a).id == first.id
+
+    def test_labels_after_delete_make_a_new_sandbox(
+        self, provider: SandboxProvider[Any], made: list[str], run_labels: dict[str, str]
+    ) -> None:
+        first = self._new(provider, made, labels=run_labels)
+        provider.delete(sandbox_id=first.id)
+        second = self._new(provider, made, labels=run_labels)
+        assert second.id != first.id
+
+    def test_list_filters_by_labels_and_pages_with_a_cursor(
+        self, provider: SandboxProvider[Any], made: list[str], run_labels: dict[str, str]
+    ) -> None:
+        tagged = [self._new(provider, made, labels={**run_labels, "n": str(n)}).id for n in range(5)]
+        self._new(provider, made, labels={"conformance-run": "someone-else"})
+        seen: list[str] = []
+        cursor: str | None = None
+        pages = 0
+        while True:
+            page = provider.list(labels=run_labels, cursor=cursor, limit=2)
+            assert len(page.items) <= 2
+            seen += [info.id for info in page.items]
+            pages += 1
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        assert sorted(seen) == sorted(tagged)
+        assert len(seen) == len(set(seen))
+        assert pages >= 3
+        only = provider.list(labels={**run_labels, "n": "3"}).items
+        assert [info.id for info in only] == [tagged[3]]
+        assert only[0].labels == {**run_labels, "n": "3"}
+        assert only[0].created_at.tzinfo is not None
+        assert [info.id for info in provider.iter_sandboxes(labels=run_labels, page_size=1)] == seen
+
+    def test_list_order_is_stable(
+        self, provider: SandboxProvider[Any], made: list[str], run_labels: dict[str, str]
+    ) -> None:
+        for _ in range(3):
+            self._new(provider, made, labels=run_labels)
+        first = [info.id for info in provider.iter_sandboxes(labels=run_labels)]
+        second = [info.id for info in provider.iter_sandboxes(labels=run_labels, page_size=1)]
+        assert first == second
+
+    async def test_async_twins(
+        self, provider: SandboxProvider[Any], made: list[str], run_labels: dict[str, str]
+    ) -> None:
+        sandbox = await provider.aget_or_create(labels=run_labels)
+        made.append(sandbox.id)
+        assert (await provider.aget_or_create(labels=run_labels)).id == sandbox.id
+        assert (await provider.aget(sandbox.id)).id == sandbox.id
+        assert (await provider.aget_or_create(sandbox_id=sandbox.id)).id == sandbox.id
+        page = await provider.alist(labels=run_labels)
+        assert [info.id for info in page.items] == [sandbox.id]
+        assert [info.id async for info in provider.aiter_sandboxes(labels=run_labels)] == [sandbox.id]
+        await provider.adelete(sandbox_id=sandbox.id)
+        await provider.adelete(sandbox_id=sandbox.id)
+        with pytest.raises(errors.SandboxNotFoundError):
+            await provider.aget(sandbox.id)
+        with pytest.raises(errors.SandboxNotFoundError):
+            await provider.aget_or_create(sandbox_id=sandbox.id)

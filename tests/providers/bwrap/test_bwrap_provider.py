@@ -1,0 +1,28 @@
+"""The provider and sandbox conformance suites against the bubblewrap provider."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox_sdk.providers.bwrap import BwrapProvider, BwrapSandbox
+from sandbox_sdk.testing.provider_suite import ProviderConformanceTests
+from sandbox_sdk.testing.sandbox_suite import SandboxConformanceTests
+
+
+class TestBwrapProvider(ProviderConformanceTests):
+    @pytest.fixture
+    def provider(self, tmp_path: Path) -> Iterator[BwrapProvider]:
+        yield BwrapProvider(tmp_path / "state")
+
+
+class TestBwrapSandbox(SandboxConformanceTests):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def sandbox(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BwrapSandbox]:
+        provider = BwrapProvider(tmp_path_factory.mktemp("bwrap-conformance"))
+        sandbox = provider.create()
+        yield sandbox
+        provider.delete(sandbox_id=sandbox.id)
