@@ -160,9 +160,8 @@ class BaseSandbox(TransferMethods):
             "limit": None if limit is None else check_int("limit", limit, 1),
             "budget": self._result_budget(),
         }
-        value, _ = yield Call("read", args, what=f"read {os.fsdecode(path)!r}")
-        content = base64.b64decode(value.pop("content")).decode("utf-8")
-        return ReadResult(path=os.fsdecode(path), content=content, **value)
+        value, (content,) = yield Call("read", args, what=f"read {os.fsdecode(path)!r}")
+        return ReadResult(path=os.fsdecode(path), content=content.decode("utf-8"), **value)
 
     def read(self, path: PathArg, *, offset: int = 0, limit: int | None = None) -> ReadResult:
         """A page of a UTF-8 text file: ``limit`` lines from line ``offset`` (0-based).

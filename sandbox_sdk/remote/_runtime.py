@@ -286,6 +286,11 @@ def read_payload() -> Tuple[Args, Blobs]:
     return args, blobs
 
 
+def json_size(value: Any) -> int:
+    """Bytes ``value`` adds to a result body (what the output budget counts)."""
+    return len(json.dumps(value, separators=(",", ":"))) + 1
+
+
 def emit(nonce: str, body: Dict[str, Any], blobs: Blobs) -> None:
     parts = [FRAME_MARKER, nonce, b64(json.dumps(body, separators=(",", ":")).encode("utf-8"))]
     parts.extend(b64(blob) for blob in blobs)

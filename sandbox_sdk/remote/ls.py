@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List
 
-from sandbox_sdk.remote._runtime import Args, Blobs, Fail, Result, entry, path_arg
+from sandbox_sdk.remote._runtime import Args, Blobs, Fail, Result, entry, json_size, path_arg
 
 
 def ls(args: Args, blobs: Blobs) -> Result:
@@ -26,7 +26,7 @@ def ls(args: Args, blobs: Blobs) -> Result:
         except FileNotFoundError:  # removed while we listed
             index += 1
             continue
-        used += len(item["path"]) + 80
+        used += json_size(item)
         if entries and used > budget:
             break
         entries.append(item)

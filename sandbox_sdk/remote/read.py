@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import List
 
-from sandbox_sdk.remote._runtime import Args, Blobs, Fail, Result, b64, open_regular, path_arg
+from sandbox_sdk.remote._runtime import Args, Blobs, Fail, Result, open_regular, path_arg
 
 SNIFF_BYTES = 8192
 
@@ -41,14 +41,15 @@ def read(args: Args, blobs: Blobs) -> Result:
     except UnicodeDecodeError as exc:
         raise Fail("NOT_TEXT", "file is not valid UTF-8 text (%s)" % exc.reason, path) from None
     end = first + len(page)
+    # The page travels as a frame blob: inside the JSON body it would be
+    # base64-encoded twice and overflow the output budget it was sized for.
     return {
-        "content": b64(content),
         "start_line": first + 1,
         "end_line": end,
         "total_lines": total,
         "has_more": end < total,
         "truncated": truncated,
-    }, []
+    }, [content]
 
 
 def cut_utf8(line: bytes, size: int) -> bytes:

@@ -13,7 +13,7 @@ import re
 import stat
 from typing import Callable, Iterator, List, Pattern, Set, Tuple
 
-from sandbox_sdk.remote._runtime import Args, Blobs, Fail, Result, b64, entry, path_arg, unb64
+from sandbox_sdk.remote._runtime import Args, Blobs, Fail, Result, b64, entry, json_size, path_arg, unb64
 
 SNIFF_BYTES = 8192
 MAGIC = re.compile(rb"[*?\[{]")
@@ -178,7 +178,7 @@ def glob(args: Args, blobs: Blobs) -> Result:
             item = entry(path, os.lstat(os.path.join(root, rel)))
         except OSError:
             continue
-        budget -= len(item["path"]) + 80
+        budget -= json_size(item)
         if budget < 0:
             walker.truncated = True
             break
@@ -260,12 +260,12 @@ def grep(args: Args, blobs: Blobs) -> Result:
                     if len(matches) >= limit:
                         truncated = True
                         break
-                    shown = line[:line_cap]
-                    budget -= len(path) + len(shown) + 64
+                    match = [b64(path), number, b64(line[:line_cap]), len(line) > line_cap]
+                    budget -= json_size(match)
                     if budget < 0:
                         truncated = True
                         break
-                    matches.append([b64(path), number, b64(shown), len(line) > line_cap])
+                    matches.append(match)
         except OSError:
             unreadable.append(path)
         if truncated:
