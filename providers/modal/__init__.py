@@ -1,0 +1,281 @@
+"""Modal sandboxes (``pip install "sandbox-sdk[modal]"``).
+
+``ModalProvider`` creates ``modal.Sandbox`` es inside one Modal app and hands
+them out as :class:`ModalSandbox`; our labels are Modal sandbox *tags*.
+Credentials are the SDK's usual ones: ``MODAL_TOKEN_ID`` /
+``MODAL_TOKEN_SECRET`` (or the active profile in ``~/.modal.toml``), and
+``MODAL_SERVER_URL`` picks the server. Lifetimes are in seconds, as Modal
+takes them: ``timeout`` (maximum lifetime) and ``idle_timeout``.
+
+Platform limits worth knowing: all arguments of one exec are capped at 64
+KiB (so :attr:`ModalSandbox.max_command_bytes` is lower than the default);
+``sandbox.filesystem`` needs absolute paths (relative ones are resolved
+against the sandbox's working directory) and its writes are not atomic, so
+uploads are staged under a hidden name and renamed into place.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+try:
+    import modal
+    import modal.exception
+    from modal.config import config as modal_config
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError("the modal provider needs the modal SDK: pip install 'sandbox-sdk[modal]'") from exc
+
+from sandbox_sdk import errors
+from sandbox_sdk.models import SandboxInfo, SandboxPage
+from sandbox_sdk.provider import SandboxProvider, labels_match
+
+from ._errors import modal_errors
+from ._sandbox import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT, ModalSandbox
+
+#: The Modal app sandboxes are created in (and listed from) unless told otherwise.
+DEFAULT_APP_NAME = "sandbox-sdk"
+#: Tag recording when we created a sandbox: Modal's list API does not return creation times.
+CREATED_AT_TAG = "sandbox-sdk.created-at"
+#: Options of ``create`` passed straight to ``modal.Sandbox.create`` (Modal's own names and units).
+SANDBOX_OPTIONS = frozenset(
+    {
+        "image",
+        "timeout",
+        "idle_timeout",
+        "cpu",
+        "memory",
+        "region",
+        "cloud",
+        "env",
+        "block_network",
+        "secrets",
+    }
+)
+
+
+class ModalProvider(SandboxProvider[ModalSandbox]):
+    """Modal sandboxes in one app.
+
+    ``create(labels=..., timeout=3600, idle_timeout=600, image=modal.Image...)``:
+    ``timeout`` / ``idle_timeout`` are seconds; other options of
+    :data:`SANDBOX_OPTIONS` go to ``modal.Sandbox.create`` unchanged.
+    ``list`` shows running sandboxes of the app, newest first.
+    """
+
+    name = "modal"
+
+    def __init__(
+        self,
+        *,
+        app_name: str = DEFAULT_APP_NAME,
+        token_id: str | None = None,
+        token_secret: str | None = None,
+        workdir: str | None = None,
+        command_timeout: float = DEFAULT_TIMEOUT,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    ) -> None:
+        token_id = token_id or modal_config.get("token_id")
+        token_secret = token_secret or modal_config.get("token_secret")
+        if not token_id or not token_secret:
+            raise errors.AuthenticationError(
+                "Modal credentials not found: set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET "
+                "(or run `modal token new`), or pass token_id= and token_secret="
+            )
+        self.client = modal.Client.from_credentials(token_id, token_secret)
+        self.app_name = app_name
+        self.workdir = workdir
+        self.command_timeout = command_timeout
+        self.max_output_bytes = max_output_bytes
+        self._app: modal.App | None = None
+
+    def _wrap(self, sandbox: modal.Sandbox) -> ModalSandbox:
+        return ModalSandbox(
+            sandbox,
+            timeout=self.command_timeout,
+            max_output_bytes=self.max_output_bytes,
+            workdir=self.workdir,
+        )
+
+    def _create_args(self, labels: dict[str, str], options: dict[str, Any]) -> dict[str, Any]:
+        unknown = set(options) - SANDBOX_OPTIONS
+        if unknown:
+            raise errors.InvalidArgumentError(
+                f"unknown Modal sandbox options {sorted(unknown)}; known: {sorted(SANDBOX_OPTIONS)}"
+            )
+        for key, value in labels.items():
+            if not isinstance(key, str) or not isinstance(value, str) or key == CREATED_AT_TAG:
+                raise errors.InvalidArgumentError(f"invalid label {key!r}={value!r}")
+        tags = {**labels, CREATED_AT_TAG: f"{datetime.now(UTC).timestamp():.6f}"}
+        return {"tags": tags, "workdir": self.workdir, "client": self.client, **options}
+
+    @staticmethod
+    def _info(sandbox_id: str, tags: Mapping[str, str]) -> SandboxInfo:
+        labels = {k: v for k, v in tags.items() if k != CREATED_AT_TAG}
+        try:
+            created = float(tags.get(CREATED_AT_TAG, "0"))
+        except ValueError:
+            created = 0.0  # not made by us: Modal does not tell
+        return SandboxInfo(
+            id=sandbox_id,
+            labels=labels,
+            created_at=datetime.fromtimestamp(created, UTC),
+            status="running",
+        )
+
+    # -- sync ---------------------------------------------------------------------------
+
+    def _get_app(self) -> modal.App:
+        if self._app is None:
+            with modal_errors(f"look up Modal app {self.app_name!r}"):
+                self._app = modal.App.lookup(self.app_name, create_if_missing=True, client=self.client)
+        return self._app
+
+    def _create(self, *, labels: dict[str, str], **options: Any) -> ModalSandbox:
+        args = self._create_args(labels, options)
+        app = self._get_app()
+        with modal_errors("create Modal sandbox"):
+            return self._wrap(modal.Sandbox.create(app=app, **args))
+
+    def get(self, sandbox_id: str) -> ModalSandbox:
+        with modal_errors(f"get sandbox {sandbox_id}"):
+            sandbox = modal.Sandbox.from_id(sandbox_id, client=self.client)
+        if sandbox.returncode is not None:
+            raise errors.SandboxNotFoundError(f"sandbox {sandbox_id} has finished")
+        return self._wrap(sandbox)
+
+    def list(
+        self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
+    ) -> SandboxPage:
+        """Running sandboxes of the app carrying ``labels``, newest first, over Modal's own
+        (``before_timestamp``) paging. The cursor names the last sandbox handed out and when it
+        was created, so paging goes on correctly even if that sandbox is deleted meanwhile."""
+        app = self._get_app()
+        page = _Page(cursor, limit)
+        with modal_errors("list Modal sandboxes"):
+            for by_creation_time in (False, True):
+                for sandbox in modal.Sandbox.list(
+                    app_id=app.app_id, tags=dict(labels or {}), client=self.client
+                ):
+                    if page.full:
+                        page.more = True
+                        break
+                    if by_creation_time or page.passed_cursor(sandbox.object_id):
+                        info = self._info(sandbox.object_id, sandbox.get_tags())
+                        page.offer(info, labels, by_creation_time=by_creation_time)
+                if not page.cursor_lost():
+                    break
+        return page.result()
+
+    def delete(self, *, sandbox_id: str) -> None:
+        with contextlib.suppress(errors.SandboxNotFoundError), modal_errors(f"delete sandbox {sandbox_id}"):
+            modal.Sandbox.from_id(sandbox_id, client=self.client).terminate()
+
+    # -- async (the SDK's .aio API) -------------------------------------------------------
+
+    async def _aget_app(self) -> modal.App:
+        if self._app is None:
+            with modal_errors(f"look up Modal app {self.app_name!r}"):
+                self._app = await modal.App.lookup.aio(
+                    self.app_name, create_if_missing=True, client=self.client
+                )
+        return self._app
+
+    async def _acreate(self, *, labels: dict[str, str], **options: Any) -> ModalSandbox:
+        args = self._create_args(labels, options)
+        app = await self._aget_app()
+        with modal_errors("create Modal sandbox"):
+            return self._wrap(await modal.Sandbox.create.aio(app=app, **args))
+
+    async def aget(self, sandbox_id: str) -> ModalSandbox:
+        with modal_errors(f"get sandbox {sandbox_id}"):
+            sandbox = await modal.Sandbox.from_id.aio(sandbox_id, client=self.client)
+        if sandbox.returncode is not None:
+            raise errors.SandboxNotFoundError(f"sandbox {sandbox_id} has finished")
+        return self._wrap(sandbox)
+
+    async def alist(
+        self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
+    ) -> SandboxPage:
+        app = await self._aget_app()
+        page = _Page(cursor, limit)
+        with modal_errors("list Modal sandboxes"):
+            for by_creation_time in (False, True):
+                listing = modal.Sandbox.list.aio(
+                    app_id=app.app_id, tags=dict(labels or {}), client=self.client
+                )
+                async for sandbox in listing:
+                    if page.full:
+                        page.more = True
+                        break
+                    if by_creation_time or page.passed_cursor(sandbox.object_id):
+                        info = self._info(sandbox.object_id, await sandbox.get_tags.aio())
+                        page.offer(info, labels, by_creation_time=by_creation_time)
+                if not page.cursor_lost():
+                    break
+        return page.result()
+
+    async def adelete(self, *, sandbox_id: str) -> None:
+        with contextlib.suppress(errors.SandboxNotFoundError), modal_errors(f"delete sandbox {sandbox_id}"):
+            sandbox = await modal.Sandbox.from_id.aio(sandbox_id, client=self.client)
+            await sandbox.terminate.aio()
+
+
+class _Page:
+    """One page of ``list``: the sandboxes after the cursor, up to ``limit``.
+
+    A cursor is ``<created-at>/<id>`` of the last sandbox of the previous page. The
+    listing is first walked by id (no extra requests for the sandboxes before it); if
+    that sandbox is gone, it is walked again comparing creation times instead."""
+
+    def __init__(self, cursor: str | None, limit: int) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise errors.InvalidArgumentError(f"limit must be an int >= 1, not {limit!r}")
+        self.after_id: str | None = None
+        self.after_time = 0.0
+        if cursor is not None:
+            created, _, sandbox_id = cursor.partition("/")
+            try:
+                self.after_time = float(created)
+            except ValueError:
+                raise errors.InvalidArgumentError(f"not a cursor of this provider: {cursor!r}") from None
+            self.after_id = sandbox_id
+        self.passed = cursor is None
+        self.limit = limit
+        self.items: builtins.list[SandboxInfo] = []
+        self.more = False
+
+    @property
+    def full(self) -> bool:
+        return len(self.items) >= self.limit
+
+    def passed_cursor(self, sandbox_id: str) -> bool:
+        """Whether ``sandbox_id`` comes after the cursor (walking by id)."""
+        if not self.passed and sandbox_id == self.after_id:
+            self.passed = True
+            return False
+        return self.passed
+
+    def cursor_lost(self) -> bool:
+        """The cursor's sandbox was not in the listing: walk again by creation time."""
+        if self.passed:
+            return False
+        self.passed = True
+        return True
+
+    def offer(self, info: SandboxInfo, labels: Mapping[str, str] | None, *, by_creation_time: bool) -> None:
+        if by_creation_time and info.created_at.timestamp() >= self.after_time:
+            return
+        if labels_match(info.labels, labels):
+            self.items.append(info)
+
+    def result(self) -> SandboxPage:
+        last = self.items[-1] if self.more and self.items else None
+        next_cursor = None if last is None else f"{last.created_at.timestamp():.6f}/{last.id}"
+        return SandboxPage(items=self.items, next_cursor=next_cursor)
+
+
+__all__ = ["CREATED_AT_TAG", "DEFAULT_APP_NAME", "ModalProvider", "ModalSandbox"]

@@ -1,0 +1,475 @@
+"""``ModalSandbox``: a :class:`~sandbox_sdk.BaseSandbox` on one ``modal.Sandbox``."""
+
+from __future__ import annotations
+
+import math
+import os
+import posixpath
+import shlex
+import time
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+
+import anyio
+import anyio.from_thread
+import modal
+
+from sandbox_sdk import errors
+from sandbox_sdk._core import check_path, new_token
+from sandbox_sdk._process import TIMEOUT_EXIT_CODE
+from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
+from sandbox_sdk.transfer import Progress, UploadSource, _open_source, transfer_error
+
+from ._errors import modal_errors
+
+#: Default timeout of one ``execute`` in seconds.
+DEFAULT_TIMEOUT = 120.0
+#: Default output cap of one ``execute``.
+DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+#: Modal refuses an exec whose arguments total more than 64 KiB (``ARG_MAX_BYTES`` in the SDK,
+#: counted in characters, which never exceed bytes). ``bash``, ``-c`` and :data:`PRELUDE` count too.
+MODAL_ARG_MAX = 64 * 1024
+#: After a command exits, its output is still read until idle this long (background
+#: processes may keep the stream open).
+DRAIN_SECONDS = 0.5
+#: Put before every command: stderr joins stdout (one stream, in order) and stdin is empty,
+#: because Modal keeps an exec's stdin open until the client closes it.
+PRELUDE = "exec </dev/null 2>&1\n"
+#: Moves uploaded files into place, a line per file, printing ``<index> <status>``. Like the
+#: scripted upload it writes through a symlink and keeps a replaced file's permission bits.
+_COMMIT_FUNCTION = (
+    'c() { t=$3; if [ -L "$t" ]; then t=$(readlink -f -- "$3") || t=$3; fi; '
+    'if [ -d "$t" ]; then rm -f -- "$2"; echo "$1 dir"; return; fi; '
+    '[ -e "$t" ] && chmod --reference="$t" -- "$2" 2>/dev/null; '
+    'if mv -f -- "$2" "$t" 2>/dev/null; then echo "$1 ok"; else rm -f -- "$2"; echo "$1 fail"; fi; }\n'
+)
+
+
+class _Output:
+    """An exec's output, kept up to the cap; the rest is dropped as it arrives."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.kept = bytearray()
+        self.truncated = False
+        self.closed = anyio.Event()
+        self.last_arrival = time.monotonic()
+        self.failures: list[Exception] = []
+
+    async def read(self, stream: AsyncIterable[bytes]) -> None:
+        try:
+            async for data in stream:
+                self.last_arrival = time.monotonic()
+                room = self.cap - len(self.kept)
+                self.kept += data[:room]
+                if len(data) > room:
+                    self.truncated = True
+                    return
+        except Exception as exc:  # noqa: BLE001 - raised by aexecute, outside the task group
+            self.failures.append(exc)
+        finally:
+            self.closed.set()
+
+    async def drained(self, idle: float) -> None:
+        """Wait until the stream closes or no output arrived for ``idle`` seconds."""
+        while not self.closed.is_set():
+            remaining = self.last_arrival + idle - time.monotonic()
+            if remaining <= 0:
+                return
+            with anyio.move_on_after(remaining):
+                await self.closed.wait()
+
+    def response(self, returncode: int) -> ExecuteResponse:
+        output = bytes(self.kept).decode("utf-8", "replace")
+        if returncode == -1:  # what ContainerProcess.wait() reports for an exec past its timeout
+            return ExecuteResponse(
+                output=output, exit_code=TIMEOUT_EXIT_CODE, truncated=self.truncated, timed_out=True
+            )
+        return ExecuteResponse(output=output, exit_code=returncode, truncated=self.truncated)
+
+
+class ModalSandbox(BaseSandbox):
+    """Runs each command as ``bash -c`` through ``modal.Sandbox.exec``.
+
+    ``aexecute`` uses the SDK's native ``.aio`` API (``execute`` runs it on a
+    private event loop thread). A command past its timeout is killed by Modal
+    (``exec(timeout=)``, whole seconds, rounded up) and reported with
+    ``timed_out=True`` and exit code 124, as the other providers do.
+    ``upload_files`` / ``download_files`` (and their async twins) go through
+    ``sandbox.filesystem`` (blocking / ``.aio``); relative paths are taken from
+    :meth:`working_directory`.
+    """
+
+    max_command_bytes = MODAL_ARG_MAX - len("bash") - len("-c") - len(PRELUDE) - 512
+
+    def __init__(
+        self,
+        sandbox: modal.Sandbox,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        workdir: str | None = None,
+    ) -> None:
+        if workdir is not None and not workdir.startswith("/"):
+            raise errors.InvalidArgumentError(f"workdir must be absolute, not {workdir!r}")
+        self.sandbox = sandbox
+        self.timeout = timeout
+        self.max_output_bytes = max_output_bytes
+        self._workdir = workdir
+        self._working_directory = workdir
+        self._portals = anyio.from_thread.BlockingPortalProvider()
+
+    @property
+    def id(self) -> str:
+        return str(self.sandbox.object_id)
+
+    def __repr__(self) -> str:
+        return f"ModalSandbox(id={self.id!r})"
+
+    # -- execute -----------------------------------------------------------------------
+
+    def _exec_timeout(self, timeout: float | None) -> int:
+        seconds = self.timeout if timeout is None else timeout
+        if seconds <= 0:
+            raise errors.InvalidArgumentError(f"timeout must be positive, not {seconds!r}")
+        return max(1, math.ceil(seconds))
+
+    def _check_command(self, command: str) -> str:
+        if not isinstance(command, str):
+            raise errors.InvalidArgumentError("command must be a str")
+        if len(command.encode("utf-8")) > self.max_command_bytes:
+            raise errors.InvalidArgumentError(
+                f"command of {len(command.encode('utf-8'))} bytes exceeds max_command_bytes="
+                f"{self.max_command_bytes} (Modal caps exec arguments at 64 KiB)"
+            )
+        return PRELUDE + command
+
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        """:meth:`aexecute` on a private event loop thread: reading output while waiting
+        for the exit status needs concurrency, and this keeps one implementation."""
+        with self._portals as portal:
+            return portal.call(partial(self.aexecute, command, timeout=timeout))
+
+    async def aexecute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        """Reads output while waiting for the command to exit; after it exits, output is
+        read until the stream closes or stays idle for :data:`DRAIN_SECONDS` (a background
+        process may hold the stream open long after, as ``local`` allows too)."""
+        script = self._check_command(command)
+        seconds = self._exec_timeout(timeout)
+        output = _Output(self.max_output_bytes)
+        with modal_errors(f"execute in {self.id}"):
+            process = await self.sandbox.exec.aio(
+                "bash", "-c", script, timeout=seconds, workdir=self._workdir, text=False
+            )
+            returncode = -1
+            async with anyio.create_task_group() as group:
+                group.start_soon(output.read, process.stdout)
+                try:
+                    returncode = await process.wait.aio()
+                    await output.drained(DRAIN_SECONDS)
+                except Exception as exc:  # noqa: BLE001 - raised below, outside the task group
+                    output.failures.append(exc)
+                group.cancel_scope.cancel()
+            if output.failures:  # as itself (not an exception group), to be translated
+                raise output.failures[0]
+        return output.response(returncode)
+
+    # -- native transfers ------------------------------------------------------------------
+
+    def working_directory(self) -> str:
+        """The directory relative transfer paths are taken from (asked once with ``pwd``):
+        Modal's file API only takes absolute paths."""
+        if self._working_directory is None:
+            self._remember_working_directory(self.execute("pwd", timeout=self.operation_timeout))
+        assert self._working_directory is not None
+        return self._working_directory
+
+    async def aworking_directory(self) -> str:
+        if self._working_directory is None:
+            self._remember_working_directory(await self.aexecute("pwd", timeout=self.operation_timeout))
+        assert self._working_directory is not None
+        return self._working_directory
+
+    def _remember_working_directory(self, response: ExecuteResponse) -> None:
+        if response.exit_code != 0 or not response.output.startswith("/"):
+            raise errors.SandboxRuntimeError(f"cannot find the working directory: {response.output!r}")
+        self._working_directory = response.output.strip()
+
+    def _absolute(self, path: str, workdir: str) -> str:
+        """``path`` made absolute, after the checks every transfer path gets."""
+        check_path(path)
+        return posixpath.normpath(posixpath.join(workdir, path))
+
+    def upload_files(
+        self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
+    ) -> list[FileUploadResponse]:
+        """Each file is written with ``filesystem.write_bytes`` (a local path is streamed with
+        ``copy_from_local``) to a hidden name beside its destination (parents created), then
+        all are renamed into place in one command, so a destination is replaced whole or not
+        at all."""
+        plan = _UploadPlan(list(files), progress)
+        if not plan.files:
+            return []
+        workdir = self.working_directory()
+        for index, (path, _) in enumerate(plan.files):
+            target = plan.prepare(index, path, lambda p: self._absolute(p, workdir))
+            if target is None:
+                continue
+            local = plan.source(index)
+            if local is None:
+                continue
+            with plan.failures(index):
+                with modal_errors(f"upload {path!r}", path=path):
+                    if local.path is not None:
+                        self.sandbox.filesystem.copy_from_local(local.path, target.staging)
+                    else:
+                        self.sandbox.filesystem.write_bytes(local.data, target.staging)
+                plan.staged(index, local.size)
+        for command in plan.commit_commands(self.max_command_bytes):
+            plan.committed(self.execute(command, timeout=self.operation_timeout))
+        return plan.responses()
+
+    async def aupload_files(
+        self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
+    ) -> list[FileUploadResponse]:
+        plan = _UploadPlan(list(files), progress)
+        if not plan.files:
+            return []
+        workdir = await self.aworking_directory()
+
+        async def one(index: int, path: str) -> None:
+            target = plan.prepare(index, path, lambda p: self._absolute(p, workdir))
+            local = None if target is None else plan.source(index)
+            if target is None or local is None:
+                return
+            with plan.failures(index):
+                with modal_errors(f"upload {path!r}", path=path):
+                    if local.path is not None:
+                        await self.sandbox.filesystem.copy_from_local.aio(local.path, target.staging)
+                    else:
+                        await self.sandbox.filesystem.write_bytes.aio(local.data, target.staging)
+                plan.staged(index, local.size)
+
+        await _concurrently(one, [path for path, _ in plan.files], self.transfer_concurrency)
+        for command in plan.commit_commands(self.max_command_bytes):
+            plan.committed(await self.aexecute(command, timeout=self.operation_timeout))
+        return plan.responses()
+
+    def download_files(
+        self, paths: Iterable[str], *, progress: Progress | None = None
+    ) -> list[FileDownloadResponse]:
+        """Each file read whole with ``filesystem.read_bytes``; one response per path, in order."""
+        paths = list(paths)
+        if not paths:
+            return []
+        workdir = self.working_directory()
+        downloads = _Downloads(paths, progress)
+        for index, path in enumerate(paths):
+            with downloads.failures(index):
+                absolute = self._absolute(path, workdir)
+                with modal_errors(f"download {path!r}", path=path):
+                    downloads.done(index, self.sandbox.filesystem.read_bytes(absolute))
+        return downloads.responses()
+
+    async def adownload_files(
+        self, paths: Iterable[str], *, progress: Progress | None = None
+    ) -> list[FileDownloadResponse]:
+        paths = list(paths)
+        if not paths:
+            return []
+        workdir = await self.aworking_directory()
+        downloads = _Downloads(paths, progress)
+
+        async def one(index: int, path: str) -> None:
+            with downloads.failures(index):
+                absolute = self._absolute(path, workdir)
+                with modal_errors(f"download {path!r}", path=path):
+                    downloads.done(index, await self.sandbox.filesystem.read_bytes.aio(absolute))
+
+        await _concurrently(one, paths, self.transfer_concurrency)
+        return downloads.responses()
+
+
+async def _concurrently(
+    work: Callable[[int, str], Awaitable[None]], paths: Sequence[str], limit: int
+) -> None:
+    """``work(index, path)`` for every path, ``limit`` at a time (one file in memory each);
+    the first failure is raised as itself, not wrapped in an exception group."""
+    limiter = anyio.CapacityLimiter(limit)
+    failures: list[Exception] = []
+
+    async def guarded(index: int, path: str) -> None:
+        async with limiter:
+            if failures:
+                return
+            try:
+                await work(index, path)
+            except Exception as exc:  # noqa: BLE001 - raised below, after the others stop
+                failures.append(exc)
+
+    async with anyio.create_task_group() as group:
+        for index, path in enumerate(paths):
+            group.start_soon(guarded, index, path)
+    if failures:
+        raise failures[0]
+
+
+@dataclass
+class _LocalSource:
+    size: int
+    path: str | None = None
+    data: bytes = b""
+
+
+@dataclass
+class _Target:
+    final: str
+    staging: str
+
+
+#: Errors meaning the sandbox itself is unusable: raised, not reported per file.
+_FATAL = (
+    errors.SandboxNotFoundError,
+    errors.AuthenticationError,
+    errors.ProviderUnavailableError,
+    errors.RateLimitedError,
+)
+
+
+class _PerFileFailures:
+    """Per-file error strings of one transfer call."""
+
+    def __init__(self, count: int) -> None:
+        self.errors: list[str | None] = [None] * count
+
+    @contextmanager
+    def failures(self, index: int) -> Iterator[None]:
+        """Turn one file's error into its response so the other files go on; an error
+        meaning the sandbox itself is unusable (gone, credentials, service) propagates."""
+        try:
+            yield
+        except errors.SandboxError as exc:
+            if isinstance(exc, _FATAL):
+                raise
+            self.errors[index] = transfer_error(exc)
+        except OSError as exc:  # the local side of a streamed upload
+            self.errors[index] = f"cannot read local source: {exc}"
+
+
+class _UploadPlan(_PerFileFailures):
+    def __init__(self, files: Sequence[tuple[str, UploadSource]], progress: Progress | None) -> None:
+        super().__init__(len(files))
+        self.files = files
+        self.progress = progress
+        self.targets: list[_Target | None] = [None] * len(files)
+        self.ready: list[bool] = [False] * len(files)
+        self.sizes: list[int] = [0] * len(files)
+        self.done_bytes = 0
+
+    def prepare(self, index: int, path: str, absolute: Callable[[str], str]) -> _Target | None:
+        with self.failures(index):
+            final = absolute(path)
+            head, tail = posixpath.split(final)
+            if not tail or final == "/":
+                raise errors.SandboxIsADirectoryError(f"upload target {path!r} is a directory", path=path)
+            self.targets[index] = _Target(final, posixpath.join(head, f".sbx-upload-{new_token()}"))
+            return self.targets[index]
+        return None
+
+    def source(self, index: int) -> _LocalSource | None:
+        """What to send for file ``index``: a readable local path (streamed by the SDK) or the
+        bytes of any other source; ``None`` (with the error recorded) if it cannot be read."""
+        data = self.files[index][1]
+        try:
+            source = _open_source(data)
+        except OSError as exc:
+            self.errors[index] = f"cannot read local source: {exc}"
+            return None
+        try:
+            if isinstance(data, str | os.PathLike):
+                return _LocalSource(size=source.size or 0, path=os.fspath(data))
+            content = source.stream.read()
+            return _LocalSource(size=len(content), data=content)
+        finally:
+            source.close()
+
+    def staged(self, index: int, size: int) -> None:
+        self.ready[index] = True
+        self.sizes[index] = size
+
+    def commit_commands(self, max_bytes: int) -> list[str]:
+        """Commands renaming every staged file into place, each within ``max_bytes``."""
+        commands: list[str] = []
+        lines: list[str] = []
+        used = len(_COMMIT_FUNCTION)
+        for index, target in enumerate(self.targets):
+            if target is None or not self.ready[index]:
+                continue
+            line = f"c {index} {shlex.quote(target.staging)} {shlex.quote(target.final)}\n"
+            if lines and used + len(line.encode("utf-8")) > max_bytes:
+                commands.append(_COMMIT_FUNCTION + "".join(lines))
+                lines, used = [], len(_COMMIT_FUNCTION)
+            lines.append(line)
+            used += len(line.encode("utf-8"))
+        if lines:
+            commands.append(_COMMIT_FUNCTION + "".join(lines))
+        return commands
+
+    def committed(self, response: ExecuteResponse) -> None:
+        for line in response.output.splitlines():
+            index_text, _, status = line.partition(" ")
+            if not index_text.isdigit() or int(index_text) >= len(self.files):
+                continue
+            index = int(index_text)
+            path = self.files[index][0]
+            if status == "ok":
+                self.done_bytes += self.sizes[index]
+                if self.progress is not None:
+                    total = sum(self.sizes)
+                    self.progress(self.done_bytes, total)
+                self.ready[index] = False
+                self.targets[index] = None
+            elif status == "dir":
+                self.errors[index] = transfer_error(
+                    errors.SandboxIsADirectoryError("is a directory", path=path)
+                )
+            else:
+                self.errors[index] = f"could not move the uploaded file into place at {path!r}"
+        if response.exit_code != 0:
+            raise errors.SandboxRuntimeError(f"committing uploads failed: {response.output[-500:]!r}")
+
+    def responses(self) -> list[FileUploadResponse]:
+        results = []
+        for index, (path, _) in enumerate(self.files):
+            error = self.errors[index]
+            if error is None and self.targets[index] is not None:
+                error = "upload was not committed"
+            results.append(FileUploadResponse(path=path, error=error))
+        return results
+
+
+class _Downloads(_PerFileFailures):
+    def __init__(self, paths: Sequence[str], progress: Progress | None) -> None:
+        super().__init__(len(paths))
+        self.paths = paths
+        self.progress = progress
+        self.contents: list[bytes | None] = [None] * len(paths)
+        self.done_bytes = 0
+
+    def done(self, index: int, content: bytes) -> None:
+        self.contents[index] = bytes(content)
+        self.done_bytes += len(content)
+        if self.progress is not None:
+            self.progress(self.done_bytes, self.done_bytes)
+
+    def responses(self) -> list[FileDownloadResponse]:
+        return [
+            FileDownloadResponse(path=path, content=self.contents[i], error=self.errors[i])
+            for i, path in enumerate(self.paths)
+        ]
+
+
+__all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "DEFAULT_TIMEOUT", "ModalSandbox"]
