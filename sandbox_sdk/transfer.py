@@ -9,7 +9,7 @@ sandbox computed. Client memory stays bounded by a few chunks.
 
 Providers with a native file API override ``upload_files`` / ``download_files``
 and their async twins ``aupload_files`` / ``adownload_files`` (helpers:
-:func:`transfer_error`, :func:`_open_source`); docs/transfers.md lists the
+:func:`transfer_error`, :func:`open_upload_source`); docs/transfers.md lists the
 guarantees an override must keep, and
 ``sandbox_sdk.testing.transfer_suite.TransferContractTests`` checks them.
 """
@@ -64,7 +64,7 @@ def transfer_error(exc: BaseException) -> str:
 
 
 @dataclass
-class _Source:
+class OpenedUpload:
     """An upload source, opened: its stream and size (``None`` if unknown)."""
 
     stream: BinaryIO
@@ -76,19 +76,19 @@ class _Source:
             self.stream.close()
 
 
-def _open_source(data: UploadSource) -> _Source:
+def open_upload_source(data: UploadSource) -> OpenedUpload:
     if isinstance(data, bytes | bytearray | memoryview):
-        return _Source(io.BytesIO(bytes(data)), len(data), True)
+        return OpenedUpload(io.BytesIO(bytes(data)), len(data), True)
     if isinstance(data, str | os.PathLike):
-        stream = open(data, "rb")  # noqa: SIM115 - closed by _Source.close
-        return _Source(stream, os.fstat(stream.fileno()).st_size, True)
+        stream = open(data, "rb")  # noqa: SIM115 - closed by OpenedUpload.close
+        return OpenedUpload(stream, os.fstat(stream.fileno()).st_size, True)
     if hasattr(data, "read"):
         size = None
         if data.seekable():
             here = data.tell()
             size = data.seek(0, io.SEEK_END) - here
             data.seek(here)
-        return _Source(data, size, False)
+        return OpenedUpload(data, size, False)
     raise errors.InvalidArgumentError(f"cannot upload a {type(data).__name__}: pass bytes, a path or a file")
 
 
@@ -229,11 +229,11 @@ class TransferMethods(SandboxCore):
     ) -> Operation[list[FileUploadResponse]]:
         files = list(files)
         results: list[FileUploadResponse | None] = [None] * len(files)
-        sources: list[_Source | None] = []
+        sources: list[OpenedUpload | None] = []
         try:
             for index, (path, data) in enumerate(files):
                 try:
-                    sources.append(_open_source(data))
+                    sources.append(open_upload_source(data))
                 except OSError as exc:
                     sources.append(None)
                     results[index] = FileUploadResponse(path=path, error=f"cannot read local source: {exc}")

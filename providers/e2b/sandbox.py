@@ -10,6 +10,7 @@ calls that a sync and an async driver perform.
 from __future__ import annotations
 
 import contextlib
+import io
 import posixpath
 import time
 from collections.abc import Callable, Generator, Iterable
@@ -26,7 +27,7 @@ from sandbox_sdk._process import TIMEOUT_EXIT_CODE
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.providers.e2b._errors import map_error
-from sandbox_sdk.transfer import Progress, UploadSource, _open_source, transfer_error
+from sandbox_sdk.transfer import Progress, UploadSource, open_upload_source, transfer_error
 
 T = TypeVar("T")
 
@@ -159,12 +160,21 @@ def _upload_one(path: str, data: UploadSource) -> FilesOp[tuple[FileUploadRespon
     except errors.SandboxError as exc:
         return FileUploadResponse(path=path, error=transfer_error(exc)), 0
     try:
-        source = _open_source(data)
+        source = open_upload_source(data)
     except (OSError, errors.SandboxError) as exc:
         return FileUploadResponse(path=path, error=f"cannot read local source: {exc}"), 0
     staging = posixpath.join(posixpath.dirname(path), f".sbx-upload-{new_token()}")
+    stream = source.stream
     try:
-        yield FilesCall("write", (staging, source.stream))
+        if stream.seekable() and stream.tell():
+            # The SDK sizes a file object from its start, but we upload from
+            # its current position: hand it just the rest.
+            stream = io.BytesIO(stream.read())
+    except OSError as exc:
+        source.close()
+        return FileUploadResponse(path=path, error=f"cannot read local source: {exc}"), 0
+    try:
+        yield FilesCall("write", (staging, stream))
         try:
             yield FilesCall("rename", (staging, path))
         except errors.SandboxError as exc:

@@ -21,7 +21,7 @@ from sandbox_sdk._core import check_path, new_token
 from sandbox_sdk._process import TIMEOUT_EXIT_CODE
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
-from sandbox_sdk.transfer import Progress, UploadSource, _open_source, transfer_error
+from sandbox_sdk.transfer import Progress, UploadSource, open_upload_source, transfer_error
 
 from ._errors import modal_errors
 
@@ -384,7 +384,7 @@ class _UploadPlan(_PerFileFailures):
         bytes of any other source; ``None`` (with the error recorded) if it cannot be read."""
         data = self.files[index][1]
         try:
-            source = _open_source(data)
+            source = open_upload_source(data)
         except OSError as exc:
             self.errors[index] = f"cannot read local source: {exc}"
             return None
@@ -392,9 +392,12 @@ class _UploadPlan(_PerFileFailures):
             if isinstance(data, str | os.PathLike):
                 return _LocalSource(size=source.size or 0, path=os.fspath(data))
             content = source.stream.read()
-            return _LocalSource(size=len(content), data=content)
+        except OSError as exc:  # a stream that fails part-way: this item's error only
+            self.errors[index] = f"cannot read local source: {exc}"
+            return None
         finally:
             source.close()
+        return _LocalSource(size=len(content), data=content)
 
     def staged(self, index: int, size: int) -> None:
         self.ready[index] = True

@@ -21,35 +21,37 @@ import concurrent.futures
 import hashlib
 import os
 import posixpath
-import secrets
 import time
-from collections.abc import Iterator
-from typing import ClassVar
 
 import pytest
 
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.testing._suite import SandboxSuite
 
-#: Names that have broken shell- and template-based sandbox SDKs.
-HOSTILE_NAMES: list[str | bytes] = [
-    "single'quote",
-    'double"quote',
-    "back`tick`",
-    "$(touch PWNED)",
-    "${IFS}dollar",
-    "new\nline",
-    "tab\there",
-    "-leading-dash",
-    "--help",
-    "space name",
-    "unicode-é✓🙂",
-    "glob*?[x]{a,b}",
-    "back\\slash",
-    "SBX_0123456789abcdef0123456789abcdef",
-    "x" * 255,
-    b"not-utf8-\xff\xfe",
-]
+#: Names that have broken shell- and template-based sandbox SDKs, by test id.
+HOSTILE_NAMES_BY_ID: dict[str, str | bytes] = {
+    "single-quote": "single'quote",
+    "double-quote": 'double"quote',
+    "backtick": "back`tick`",
+    "command-substitution": "$(touch PWNED)",
+    "parameter-expansion": "${IFS}dollar",
+    "newline": "new\nline",
+    "tab": "tab\there",
+    "leading-dash": "-leading-dash",
+    "option-like": "--help",
+    "space": "space name",
+    "unicode": "unicode-é✓🙂",
+    "glob-characters": "glob*?[x]{a,b}",
+    "backslash": "back\\slash",
+    "heredoc-delimiter": "SBX_0123456789abcdef0123456789abcdef",
+    "255-bytes": "x" * 255,
+    "non-utf8": b"not-utf8-\xff\xfe",
+}
+HOSTILE_NAMES: list[str | bytes] = list(HOSTILE_NAMES_BY_ID.values())
+#: ``HOSTILE_NAMES`` for ``pytest.mark.parametrize``, with readable ids
+#: (``known_gaps`` can name one: ``"test_hostile_name_round_trip[non-utf8]"``).
+HOSTILE_NAME_PARAMS = [pytest.param(name, id=key) for key, name in HOSTILE_NAMES_BY_ID.items()]
 
 #: Contents that must survive a round trip byte for byte.
 HOSTILE_CONTENTS: list[bytes] = [
@@ -64,33 +66,8 @@ HOSTILE_CONTENTS: list[bytes] = [
 ]
 
 
-def _name_id(name: str | bytes) -> str:
-    return repr(name)[:40]
-
-
-class SandboxConformanceTests:
+class SandboxConformanceTests(SandboxSuite):
     """Checks ``execute`` semantics and every ``BaseSandbox`` operation."""
-
-    #: ``{"test_name": "reason"}`` for behaviour the provider cannot offer.
-    known_gaps: ClassVar[dict[str, str]] = {}
-
-    @pytest.fixture(autouse=True)
-    def _declared_gaps(self, request: pytest.FixtureRequest) -> None:
-        reason = self.known_gaps.get(request.node.originalname)
-        if reason:
-            request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
-
-    @pytest.fixture
-    def workdir(self, sandbox: BaseSandbox) -> Iterator[str]:
-        """A fresh, empty directory inside the sandbox for one test."""
-        path = f"conformance-{secrets.token_hex(6)}"
-        sandbox.mkdir(path)
-        yield path
-        sandbox.execute(f"chmod -R u+rwx {path} 2>/dev/null; rm -rf {path}")
-
-    @staticmethod
-    def p(workdir: str, *parts: str) -> str:
-        return posixpath.join(workdir, *parts)
 
     # -- execute -------------------------------------------------------------------------
 
@@ -471,7 +448,7 @@ class SandboxConformanceTests:
 
     # -- hostile names ----------------------------------------------------------------------------
 
-    @pytest.mark.parametrize("name", HOSTILE_NAMES, ids=_name_id)
+    @pytest.mark.parametrize("name", HOSTILE_NAME_PARAMS)
     def test_hostile_name_round_trip(self, sandbox: BaseSandbox, workdir: str, name: str | bytes) -> None:
         raw = os.fsencode(name)
         path = os.fsencode(workdir) + b"/" + raw

@@ -23,16 +23,14 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import posixpath
-import secrets
-from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
 from sandbox_sdk.base import BaseSandbox
-from sandbox_sdk.testing.sandbox_suite import HOSTILE_CONTENTS, HOSTILE_NAMES
+from sandbox_sdk.testing._suite import SandboxSuite
+from sandbox_sdk.testing.sandbox_suite import HOSTILE_CONTENTS, HOSTILE_NAME_PARAMS
 
 
 class _FailingReader(io.RawIOBase):
@@ -53,30 +51,11 @@ class _FailingReader(io.RawIOBase):
         return count
 
 
-class TransferContractTests:
+class TransferContractTests(SandboxSuite):
     """The transfer contract: per-item results, error codes, atomicity, fidelity."""
 
-    #: ``{"test_name": "reason"}`` for guarantees the platform cannot give.
-    known_gaps: ClassVar[dict[str, str]] = {}
     #: Size of the "large" file: several chunks for any execute()-based budget.
     large_bytes: ClassVar[int] = 5 * 1024 * 1024 + 17
-
-    @pytest.fixture(autouse=True)
-    def _declared_gaps(self, request: pytest.FixtureRequest) -> None:
-        reason = self.known_gaps.get(request.node.originalname)
-        if reason:
-            request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
-
-    @pytest.fixture
-    def workdir(self, sandbox: BaseSandbox) -> Iterator[str]:
-        path = f"transfer-contract-{secrets.token_hex(6)}"
-        sandbox.mkdir(path)
-        yield path
-        sandbox.execute(f"chmod -R u+rwx {path} 2>/dev/null; rm -rf {path}")
-
-    @staticmethod
-    def p(workdir: str, *parts: str) -> str:
-        return posixpath.join(workdir, *parts)
 
     def names_in(self, sandbox: BaseSandbox, path: str) -> list[str]:
         return [entry.name for entry in sandbox.ls(path)]
@@ -103,7 +82,7 @@ class TransferContractTests:
         assert sandbox.download_file(path, local) == len(data)
         assert local.read_bytes() == data
 
-    @pytest.mark.parametrize("name", HOSTILE_NAMES, ids=lambda n: repr(n)[:30])
+    @pytest.mark.parametrize("name", HOSTILE_NAME_PARAMS)
     def test_hostile_names_round_trip(self, sandbox: BaseSandbox, workdir: str, name: str | bytes) -> None:
         path = os.fsdecode(os.path.join(os.fsencode(workdir), os.fsencode(name)))
         [response] = sandbox.upload_files([(path, b"named")])

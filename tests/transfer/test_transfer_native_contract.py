@@ -3,7 +3,7 @@ passes the whole kit, and one that writes in place is caught by it.
 
 ``LocalSandbox``'s files are the host's, so host file I/O is its "native file
 API": the override below is built the way a cloud provider's would be, with
-``transfer_error`` and ``_open_source``.
+``transfer_error`` and ``open_upload_source``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from sandbox_sdk._core import check_path
 from sandbox_sdk.models import FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.transfer_suite import TransferContractTests
-from sandbox_sdk.transfer import Progress, UploadSource, _open_source, transfer_error
+from sandbox_sdk.transfer import Progress, UploadSource, open_upload_source, transfer_error
 
 _TYPED: dict[int, type[errors.SandboxError]] = {
     errno.ENOENT: errors.SandboxFileNotFoundError,
@@ -49,7 +49,7 @@ class NativeLocalSandbox(LocalSandbox):
     def _write(self, target: Path, source: UploadSource) -> None:
         if target.is_dir():
             raise errors.SandboxIsADirectoryError("is a directory", path=str(target))
-        opened = _open_source(source)
+        opened = open_upload_source(source)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:200]}.", dir=target.parent)
@@ -132,7 +132,7 @@ class InPlaceLocalSandbox(NativeLocalSandbox):
     """A native override that breaks the contract: it writes straight into the destination."""
 
     def _write(self, target: Path, source: UploadSource) -> None:
-        opened = _open_source(source)
+        opened = open_upload_source(source)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             with target.open("wb") as out:
