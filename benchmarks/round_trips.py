@@ -1,7 +1,9 @@
 """What each operation costs: ``execute()`` round trips, command and output bytes.
 
 Run: ``.venv/bin/python -m benchmarks.round_trips``. Prints a Markdown table
-(docs/benchmarks.md keeps the latest one). Counts are exact, not timings.
+(docs/protocol.md keeps the latest one). Counts are exact, not timings. The
+sandbox declares the default budgets of ``BaseSandbox`` (96 KiB commands,
+1 MiB outputs), as a typical remote provider would.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
+from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.recording import RecordingSandbox
 
@@ -37,6 +40,8 @@ OPERATIONS: list[tuple[str, Callable[[RecordingSandbox], Any]]] = [
 def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         sandbox = RecordingSandbox(LocalSandbox(root))
+        sandbox.max_command_bytes = BaseSandbox.max_command_bytes
+        sandbox.max_output_bytes = BaseSandbox.max_output_bytes
         sandbox.write("dir/file.txt", "alpha\nbeta\n")
         sandbox.mkdir("dir/sub")
         sandbox.reset()

@@ -22,7 +22,7 @@ from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
 
 DEFAULT_TIMEOUT = 120.0
-DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 #: Commands up to this size go to ``bash -c`` as one argument (Linux caps one
 #: argument at 128 KiB); larger ones are handed over in an in-memory file.
 ARGV_COMMAND_BYTES = 96 * 1024
@@ -48,10 +48,10 @@ class LocalSandbox(BaseSandbox):
     up to ``max_command_bytes`` work and large transfers need few round trips.
     """
 
-    #: 2 MiB commands carry 1.5 MiB of upload per round trip, keep the client's
-    #: memory per in-flight command small, and stay well under the output cap
-    #: (so whatever one command wrote, one ``read`` can return).
-    max_command_bytes = 2 * 1024 * 1024
+    #: 4 MiB commands carry 3 MiB of upload per round trip, keep the client's
+    #: memory per in-flight command bounded, and stay under what one output
+    #: (8 MiB) returns (so whatever one command wrote, one ``read`` can return).
+    max_command_bytes = 4 * 1024 * 1024
 
     def __init__(
         self,
