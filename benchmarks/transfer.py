@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import hashlib
 import json
 import os
 import platform
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_sdk.providers.local import LocalSandbox
+from sandbox_sdk.testing.files import file_sha256, write_random_file
 
 MIB = 1024 * 1024
 OPERATIONS = ["upload", "aupload", "raw_upload", "download", "adownload", "raw_download"]
@@ -40,26 +40,6 @@ OPERATIONS = ["upload", "aupload", "raw_upload", "download", "adownload", "raw_d
 
 def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def make_source(path: Path, size: int) -> str:
-    digest = hashlib.sha256()
-    block = bytearray(os.urandom(min(size, MIB)) or b"")
-    with path.open("wb") as f:
-        for offset in range(0, size, MIB):
-            part = block[: min(MIB, size - offset)]
-            part[:8] = offset.to_bytes(8, "little")[: len(part)]
-            f.write(part)
-            digest.update(part)
-    return digest.hexdigest()
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(MIB), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class Counting(LocalSandbox):
@@ -101,7 +81,7 @@ def run_one(operation: str, size: int) -> dict[str, float]:
         client.mkdir()
         sandbox = Counting(root)
         source = client / "source.bin"
-        expected = make_source(source, size)
+        expected = write_random_file(source, size)
         if "download" in operation:
             os.link(source, root / "remote.bin")
         sandbox.upload_files([("warm-up", b"x")])  # imports and first-call costs
@@ -127,7 +107,7 @@ def run_one(operation: str, size: int) -> dict[str, float]:
         seconds = time.perf_counter() - started
         growth = peak_mib() - baseline
         landed = back if "download" in operation else root / "remote.bin"
-        if file_digest(landed) != expected:
+        if file_sha256(landed) != expected:
             raise AssertionError(f"{operation}: the bytes did not arrive intact")
         return {"seconds": seconds, "rss_growth_mib": growth, "calls": sandbox.calls}
 

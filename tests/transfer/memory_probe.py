@@ -9,9 +9,7 @@ imports and a warm-up transfer, and each direction is measured in turn.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import os
 import resource
 import sys
 import tempfile
@@ -19,31 +17,13 @@ import time
 from pathlib import Path
 
 from sandbox_sdk.providers.local import LocalSandbox
+from sandbox_sdk.testing.files import file_sha256, write_random_file
 
 MIB = 1024 * 1024
 
 
 def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-
-
-def write_source(path: Path, size: int) -> str:
-    digest = hashlib.sha256()
-    block = bytearray(os.urandom(MIB))
-    with path.open("wb") as f:
-        for index in range(size // MIB):
-            block[:8] = index.to_bytes(8, "little")
-            f.write(block)
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(MIB), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def main(size: int, mode: str) -> dict[str, float]:
@@ -53,7 +33,7 @@ def main(size: int, mode: str) -> dict[str, float]:
         client.mkdir()
         sandbox = LocalSandbox(root)
         source, back = client / "source.bin", client / "back.bin"
-        expected = write_source(source, size)
+        expected = write_random_file(source, size)
         sandbox.upload_files([("warm-up", b"x" * 4096)])
         sandbox.download_file("warm-up", client / "warm-up")
         started = time.perf_counter()
@@ -69,8 +49,8 @@ def main(size: int, mode: str) -> dict[str, float]:
         else:
             asyncio.run(sandbox.adownload_file("big.bin", back))
         after_download = peak_mib()
-        assert file_digest(root / "big.bin") == expected
-        assert file_digest(back) == expected
+        assert file_sha256(root / "big.bin") == expected
+        assert file_sha256(back) == expected
         return {
             "upload_growth_mib": after_upload - baseline,
             "download_growth_mib": after_download - after_upload,

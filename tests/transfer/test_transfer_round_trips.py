@@ -3,7 +3,6 @@ an output cap, sync and async; batches; round-trip counts; progress."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import itertools
 import os
@@ -13,6 +12,7 @@ import pytest
 
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import LimitedSandbox
+from sandbox_sdk.testing.files import file_sha256, write_random_file
 
 CONTENTS = {
     "empty": b"",
@@ -23,27 +23,6 @@ CONTENTS = {
     "heredoc-lookalike": b"SBX_0123456789abcdef\nEOF\n'EOF'\n@@SANDBOX_SDK x\n",
     "chunked-binary": bytes(range(256)) * 200 + b"\0\xff",
 }
-
-
-def write_random(path: Path, size: int) -> str:
-    """Fill ``path`` with ``size`` pseudo-random bytes; return their SHA-256."""
-    digest = hashlib.sha256()
-    block = os.urandom(1 << 20)
-    with path.open("wb") as f:
-        for offset in range(0, size, len(block)):
-            part = block[: size - offset] if size - offset < len(block) else block
-            part = offset.to_bytes(8, "little") + part[8:]  # no two blocks alike
-            f.write(part)
-            digest.update(part)
-    return digest.hexdigest()
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @pytest.mark.parametrize("name", list(CONTENTS))
@@ -116,16 +95,16 @@ def test_download_file_to_path_and_file_object(small: LimitedSandbox, root: Path
 
 def large_round_trip(sandbox: LimitedSandbox, root: Path, tmp_path: Path, size: int) -> None:
     source = tmp_path / "source.bin"
-    expected = write_random(source, size)
+    expected = write_random_file(source, size)
     [response] = sandbox.upload_files([("big/file.bin", source)])
     assert response.error is None
     uploads = sandbox.executed
     assert uploads >= size // sandbox.max_command_bytes, "the upload must have been chunked"
-    assert sha256_of(root / "big" / "file.bin") == expected
+    assert file_sha256(root / "big" / "file.bin") == expected
     back = tmp_path / "back.bin"
     assert sandbox.download_file("big/file.bin", back) == size
     assert sandbox.executed - uploads >= size // sandbox.max_output_bytes
-    assert sha256_of(back) == expected
+    assert file_sha256(back) == expected
 
 
 def test_10_mib_round_trip(large: LimitedSandbox, root: Path, tmp_path: Path) -> None:
@@ -142,15 +121,15 @@ async def test_async_10_mib_round_trip_keeps_chunks_in_flight(
 ) -> None:
     size = 10 * 1024 * 1024
     source = tmp_path / "source.bin"
-    expected = write_random(source, size)
+    expected = write_random_file(source, size)
     [response] = await large.aupload_files([("big/file.bin", source)])
     assert response.error is None
-    assert sha256_of(root / "big" / "file.bin") == expected
+    assert file_sha256(root / "big" / "file.bin") == expected
     assert large.max_in_flight > 1, "async uploads should overlap chunks"
     large.max_in_flight = 0
     back = tmp_path / "back.bin"
     assert await large.adownload_file("big/file.bin", back) == size
-    assert sha256_of(back) == expected
+    assert file_sha256(back) == expected
     assert large.max_in_flight > 1, "async downloads should overlap chunks"
 
 
