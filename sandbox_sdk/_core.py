@@ -159,8 +159,12 @@ class SandboxCore(ABC):
             )
         return command, nonce
 
-    def _timeout(self, call: Call) -> float:
-        return call.timeout if call.timeout is not None else self.operation_timeout
+    def _timeout(self, call: Call) -> float | None:
+        """A file operation's round trip gets ``operation_timeout``; a user's
+        command (``execute``, ``run``) without one gets the provider's default."""
+        if call.timeout is not None or call.raw_command is not None or call.passthrough:
+            return call.timeout
+        return self.operation_timeout
 
     @staticmethod
     def _decode(call: Call, nonce: str, response: ExecuteResponse) -> Any:

@@ -77,6 +77,13 @@ def run_process(
                 truncated = True
                 block = block[:room]
             kept += block
+    if not timed_out:
+        # The pipe can close long before the command ends (``exec >log``):
+        # the deadline still holds.
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
     if timed_out:
         kill_group(proc.pid)
     pipe.close()

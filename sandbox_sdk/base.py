@@ -35,8 +35,9 @@ from sandbox_sdk.transfer import TransferMethods
 DEFAULT_MAX_READ_BYTES = 64 * 1024 * 1024
 #: Longest line text ``grep`` returns; longer lines are cut and flagged.
 GREP_LINE_BYTES = 1000
-#: Where ``run`` stages stdin too large for one command.
-STDIN_STAGING_DIR = "/tmp"
+#: Where ``run`` stdin and ``edit`` texts too large for one command are staged
+#: (not beside the target: staging creates parents, and an edit must not).
+ARGUMENT_STAGING_DIR = "/tmp"
 
 
 def file_info(item: Mapping[str, Any]) -> FileInfo:
@@ -85,12 +86,12 @@ class BaseSandbox(TransferMethods):
         blobs: list[bytes] = []
         if stdin is not None:
             data = to_bytes("stdin", stdin)
+            args["stdin"] = 0
             if self._fits("run", args, len(data)):
-                args["stdin"] = 0
                 blobs.append(data)
             else:  # staged; the run script opens and removes the file
                 args["stdin"] = protocol.encode_path(
-                    posixpath.join(STDIN_STAGING_DIR, f".sbx-stdin-{new_token()}")
+                    posixpath.join(ARGUMENT_STAGING_DIR, f".sbx-stdin-{new_token()}")
                 )
                 yield from self._op_stage(args["stdin"], io.BytesIO(data), False, None)
         try:
@@ -235,11 +236,10 @@ class BaseSandbox(TransferMethods):
         if self._fits("edit", args, len(old_bytes) + len(new_bytes) + 4):
             value, _ = yield Call("edit", args, [old_bytes, new_bytes], what=f"edit {os.fsdecode(path)!r}")
             return EditResult(path=os.fsdecode(path), replacements=value["replacements"])
-        # Too large for one command: stage both texts beside the file first;
-        # the edit script consumes them, and a failure removes what is left.
-        parent = posixpath.dirname(os.fsencode(path).decode("utf-8", "surrogateescape"))
+        # Too large for one command: stage both texts first; the edit script
+        # consumes them, and a failure removes what is left.
         staged = {
-            key: protocol.encode_path(posixpath.join(parent, f".sbx-{key}-{new_token()}"))
+            key: protocol.encode_path(posixpath.join(ARGUMENT_STAGING_DIR, f".sbx-{key}-{new_token()}"))
             for key in ("old", "new")
         }
         try:

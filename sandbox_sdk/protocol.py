@@ -34,6 +34,8 @@ from sandbox_sdk import errors
 from sandbox_sdk.models import ExecuteResponse
 
 FRAME_MARKER = "@@SANDBOX_SDK"
+#: Printed (with the nonce) by the command itself when ``python3`` is missing.
+NO_PYTHON_MARKER = "@@SANDBOX_SDK_NO_PYTHON3"
 RUNTIME_IMPORT = "from sandbox_sdk.remote._runtime import "
 PYTHON = "python3 -I -S"
 
@@ -148,7 +150,8 @@ def build_command(module: str, args: dict[str, Any], blobs: Sequence[bytes] = ()
         [base64.b64encode(header).decode("ascii"), *(base64.b64encode(b).decode("ascii") for b in blobs)]
     )
     delimiter = f"SBX_{nonce}"
-    return f"{PYTHON} -c \"{script(module)}\" <<'{delimiter}'\n{payload}\n{delimiter}\n", nonce
+    check = f"command -v python3 >/dev/null 2>&1 || {{ echo {NO_PYTHON_MARKER} {nonce}; exit 127; }}"
+    return f"{check}; {PYTHON} -c \"{script(module)}\" <<'{delimiter}'\n{payload}\n{delimiter}\n", nonce
 
 
 def command_overhead(module: str, args: dict[str, Any]) -> int:
@@ -168,7 +171,7 @@ def parse_result(response: ExecuteResponse, nonce: str, what: str) -> tuple[Any,
         raise errors.SandboxTimeoutError(f"{what} timed out")
     frame = _find_frame(response.output, nonce)
     if frame is None:
-        raise _no_frame_error(response, what)
+        raise _no_frame_error(response, nonce, what)
     body, blobs = frame
     if body.get("ok") is True and response.exit_code == ExitCode.OK:
         return body.get("value"), blobs
@@ -187,14 +190,13 @@ def passthrough_result(response: ExecuteResponse, nonce: str, what: str) -> Exec
         body, _ = frame
         error = body.get("error")
         raise error_from(error if isinstance(error, dict) else {}, what)
-    if response.exit_code == 127 and _python_missing(response.output):
-        raise _no_frame_error(response, what)
+    if _python_missing(response, nonce):
+        raise _no_frame_error(response, nonce, what)
     return response
 
 
-def _python_missing(output: str) -> bool:
-    first = output.lstrip().split("\n", 1)[0]
-    return "python3" in first and ("not found" in first or "No such file" in first)
+def _python_missing(response: ExecuteResponse, nonce: str) -> bool:
+    return response.exit_code == 127 and f"{NO_PYTHON_MARKER} {nonce}" in response.output
 
 
 def error_from(error: dict[str, Any], what: str) -> errors.SandboxError:
@@ -217,7 +219,9 @@ def _find_frame(output: str, nonce: str) -> tuple[dict[str, Any], list[bytes]] |
     if start < 0 or (start > 0 and output[start - 1] != "\n"):
         return None
     end = output.find("\n", start)
-    fields = output[start + len(prefix) : end if end >= 0 else len(output)].split(" ")
+    if end < 0:  # no closing newline: the frame was cut (and a cut can still decode)
+        return None
+    fields = output[start + len(prefix) : end].split(" ")
     try:
         body = json.loads(base64.b64decode(fields[0], validate=True))
         blobs = [base64.b64decode(field, validate=True) for field in fields[1:]]
@@ -226,9 +230,9 @@ def _find_frame(output: str, nonce: str) -> tuple[dict[str, Any], list[bytes]] |
     return (body, blobs) if isinstance(body, dict) else None
 
 
-def _no_frame_error(response: ExecuteResponse, what: str) -> errors.SandboxError:
+def _no_frame_error(response: ExecuteResponse, nonce: str, what: str) -> errors.SandboxError:
     tail = response.output[-500:].strip()
-    if response.exit_code == 127 and _python_missing(response.output):
+    if _python_missing(response, nonce):
         return errors.SandboxRuntimeError(
             f"{what} needs python3, and python3 is not available in the sandbox: {tail}"
         )

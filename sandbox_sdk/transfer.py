@@ -21,6 +21,7 @@ import hashlib
 import io
 import os
 import posixpath
+import stat
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -248,7 +249,9 @@ class TransferMethods(SandboxCore):
                 except errors.SandboxError as exc:
                     results[index] = FileUploadResponse(path=path, error=transfer_error(exc))
                     continue
-                if source.size is not None and not packer.accepts(encoded, source.size):
+                if source.size is None or not packer.accepts(encoded, source.size):
+                    # Send what is packed first, so items land in their order
+                    # (a later item to the same path wins).
                     yield from self._op_put_many(packer.take(), files, results, tally)
                 if source.size is not None and packer.accepts(encoded, source.size):
                     try:
@@ -390,6 +393,7 @@ class TransferMethods(SandboxCore):
             with os.fdopen(fd, "wb") as sink:
                 size = yield from self._op_download(encoded, sink, None, tally, what)
                 sink.flush()
+                os.fchmod(sink.fileno(), _local_file_mode(target))
                 os.fsync(sink.fileno())
             os.replace(tmp, target)
         except BaseException:
@@ -479,9 +483,11 @@ class TransferMethods(SandboxCore):
                 yield from self._op_download(archive, spool, None, _Tally(progress, 0), what)
                 spool.seek(0)
                 count = safe_extract(spool, Path(local_dir))
-        finally:
+        except Exception:
             # Also after a failed create: it may have run and lost its reply.
             yield from self._op_discard([archive])
+            raise
+        yield from self._op_discard([archive])
         return count
 
     def download_dir(
@@ -523,6 +529,17 @@ class _Packer:
     def take(self) -> list[tuple[int, str, bytes]]:
         items, self.items, self.used = self.items, [], 0
         return items
+
+
+def _local_file_mode(target: Path) -> int:
+    """The mode a downloaded file gets: the replaced file's, else what a plain
+    ``open(path, "w")`` would give (``mkstemp`` makes temp files 0600)."""
+    try:
+        return stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def _put_many_args(files: list[tuple[str, bytes]]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import tarfile
-from typing import Any, Dict, List, Set
+from typing import Any, Dict, List, Optional, Set
 
 from sandbox_sdk.remote._runtime import Args, Blobs, Fail, Result, path_arg, remove_quietly, unb64
 
@@ -24,10 +24,16 @@ def create(args: Args, blobs: Blobs) -> Result:
         os.stat(root)
         raise Fail("NOT_DIRECTORY", "not a directory", root)
     fd = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    # The archive may lie inside the tree (say, a download of /tmp): never pack it into itself.
+    own_name = os.fsdecode(os.path.relpath(os.path.realpath(archive), os.path.realpath(root)))
+
+    def not_itself(member: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
+        return None if member.name == own_name else member
+
     try:
         with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for name in sorted(os.listdir(root)):
-                tar.add(os.fsdecode(os.path.join(root, name)), arcname=os.fsdecode(name))
+                tar.add(os.fsdecode(os.path.join(root, name)), arcname=os.fsdecode(name), filter=not_itself)
     except BaseException:
         remove_quietly(archive)
         raise
