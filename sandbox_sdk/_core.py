@@ -29,6 +29,8 @@ PathArg = str | bytes | os.PathLike[str]
 
 #: Output bytes kept free for noise around a result frame (banners, warnings).
 OUTPUT_HEADROOM = 8 * 1024
+#: Timeout of a clean-up round trip (it may run shielded from cancellation).
+CLEANUP_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,13 @@ class Call:
 
 Request = Call | list[Call]
 Operation = Generator[Request, Any, T]
+
+
+def can_clean_up(exc: BaseException) -> bool:
+    """Whether an operation that failed or was interrupted (an error, a
+    cancellation, Ctrl-C) may still yield clean-up calls: not when the
+    generator itself is being closed."""
+    return not isinstance(exc, GeneratorExit)
 
 
 def new_token() -> str:
@@ -210,7 +219,7 @@ class SandboxCore(ABC):
                         reply: Any = [self._invoke(call) for call in request]
                     else:
                         reply = self._invoke(request)
-                except Exception as exc:  # noqa: BLE001 - handed to the operation
+                except BaseException as exc:  # noqa: BLE001 - handed to the operation, which may clean up
                     request = operation.throw(exc)
                 else:
                     request = operation.send(reply)
@@ -218,16 +227,22 @@ class SandboxCore(ABC):
             return stop.value  # type: ignore[no-any-return]
 
     async def _adrive(self, operation: Operation[T]) -> T:
-        """Run an operation with ``aexecute``; a list of calls runs concurrently."""
+        """Run an operation with ``aexecute``; a list of calls runs concurrently.
+
+        After a cancellation is handed to the operation, the clean-up calls it
+        still makes run shielded, so a cancelled transfer leaves nothing behind."""
+        interrupted = False
         try:
             request = next(operation)
             while True:
                 try:
-                    if isinstance(request, list):
-                        reply: Any = await self._agather(request)
-                    else:
-                        reply = await self._ainvoke(request)
-                except Exception as exc:  # noqa: BLE001 - handed to the operation
+                    with anyio.CancelScope(shield=interrupted):
+                        if isinstance(request, list):
+                            reply: Any = await self._agather(request)
+                        else:
+                            reply = await self._ainvoke(request)
+                except BaseException as exc:  # noqa: BLE001 - handed to the operation, which may clean up
+                    interrupted = interrupted or not isinstance(exc, Exception)
                     request = operation.throw(exc)
                 else:
                     request = operation.send(reply)

@@ -18,7 +18,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from sandbox_sdk import errors, protocol
-from sandbox_sdk._core import Call, Operation, PathArg, check_flag, check_int, check_path, new_token, to_bytes
+from sandbox_sdk._core import (
+    Call,
+    Operation,
+    PathArg,
+    can_clean_up,
+    check_flag,
+    check_int,
+    check_path,
+    new_token,
+    to_bytes,
+)
 from sandbox_sdk.models import (
     EditResult,
     ExecuteResponse,
@@ -96,8 +106,9 @@ class BaseSandbox(TransferMethods):
                 yield from self._op_stage(args["stdin"], io.BytesIO(data), False, None)
         try:
             response = yield Call("run", args, blobs, what="run", passthrough=True, timeout=timeout)
-        except Exception:
-            yield from self._op_discard([args["stdin"]] if isinstance(args.get("stdin"), str) else [])
+        except BaseException as exc:
+            if can_clean_up(exc):
+                yield from self._op_discard([args["stdin"]] if isinstance(args.get("stdin"), str) else [])
             raise
         return response
 
@@ -246,8 +257,9 @@ class BaseSandbox(TransferMethods):
             for key, data in (("old", old_bytes), ("new", new_bytes)):
                 yield from self._op_stage(staged[key], io.BytesIO(data), False, None)
             value, _ = yield Call("edit", {**args, **staged}, what=f"edit {os.fsdecode(path)!r}")
-        except Exception:
-            yield from self._op_discard(list(staged.values()))
+        except BaseException as exc:
+            if can_clean_up(exc):
+                yield from self._op_discard(list(staged.values()))
             raise
         return EditResult(path=os.fsdecode(path), replacements=value["replacements"])
 

@@ -30,7 +30,16 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from sandbox_sdk import errors, protocol
-from sandbox_sdk._core import Call, Operation, PathArg, SandboxCore, check_path, new_token
+from sandbox_sdk._core import (
+    CLEANUP_TIMEOUT,
+    Call,
+    Operation,
+    PathArg,
+    SandboxCore,
+    can_clean_up,
+    check_path,
+    new_token,
+)
 from sandbox_sdk.models import FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.remote import archive as remote_archive
 from sandbox_sdk.remote._runtime import Fail
@@ -177,9 +186,15 @@ class TransferMethods(SandboxCore):
                 first = False
                 if final:
                     return offset
-        except Exception:
-            with contextlib.suppress(Exception):
-                yield Call("write", {"op": "abort", "path": dest, "token": token}, what="abort upload")
+        except BaseException as exc:
+            if can_clean_up(exc):
+                with contextlib.suppress(Exception):
+                    yield Call(
+                        "write",
+                        {"op": "abort", "path": dest, "token": token},
+                        what="abort upload",
+                        timeout=CLEANUP_TIMEOUT,
+                    )
             raise
 
     def _op_discard(self, paths: Sequence[str]) -> Operation[None]:
@@ -188,7 +203,10 @@ class TransferMethods(SandboxCore):
         for path in paths:
             with contextlib.suppress(errors.SandboxError):
                 yield Call(
-                    "fs", {"op": "delete", "path": path, "recursive": False}, what="clean up staged data"
+                    "fs",
+                    {"op": "delete", "path": path, "recursive": False},
+                    what="clean up staged data",
+                    timeout=CLEANUP_TIMEOUT,
                 )
 
     def _op_download(
@@ -445,11 +463,12 @@ class TransferMethods(SandboxCore):
                     {"op": "extract", "archive": protocol.encode_path(archive), "path": remote},
                     what=f"upload_dir to {os.fsdecode(remote_dir)!r}",
                 )
-            except errors.SandboxError:
+            except BaseException as exc:
                 # The extract script removes the archive itself, but a call
                 # that failed may never have run it, or lost the reply of
                 # the commit that put the archive in place.
-                yield from self._op_discard([protocol.encode_path(archive)])
+                if can_clean_up(exc):
+                    yield from self._op_discard([protocol.encode_path(archive)])
                 raise
         count: int = value["members"]
         return count
@@ -483,9 +502,10 @@ class TransferMethods(SandboxCore):
                 yield from self._op_download(archive, spool, None, _Tally(progress, 0), what)
                 spool.seek(0)
                 count = safe_extract(spool, Path(local_dir))
-        except Exception:
+        except BaseException as exc:
             # Also after a failed create: it may have run and lost its reply.
-            yield from self._op_discard([archive])
+            if can_clean_up(exc):
+                yield from self._op_discard([archive])
             raise
         yield from self._op_discard([archive])
         return count
