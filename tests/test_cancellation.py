@@ -13,18 +13,13 @@ from sandbox_sdk import transfer
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import LimitedSandbox
-
-
-def small(local: LocalSandbox) -> LimitedSandbox:
-    return LimitedSandbox(local, max_command_bytes=16 * 1024, max_output_bytes=24 * 1024)
-
-
-def leftovers(*roots: Path) -> list[Path]:
-    return sorted(p for root in roots for p in root.rglob(".sbx-*"))
+from tests.transfer.transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES, leftovers
 
 
 async def test_cancelled_async_upload_leaves_nothing(local: LocalSandbox) -> None:
-    sandbox = small(local)
+    sandbox = LimitedSandbox(
+        local, max_command_bytes=SMALL_COMMAND_BYTES, max_output_bytes=SMALL_OUTPUT_BYTES
+    )
     started = time.monotonic()
     with anyio.move_on_after(0.5) as scope:
         await sandbox.aupload_files([("big.bin", os.urandom(2_000_000))])
@@ -44,7 +39,9 @@ async def test_cancelled_async_download_dir_removes_its_archive(
     tree = local.root_dir / "tree"
     tree.mkdir()
     (tree / "data.bin").write_bytes(os.urandom(1_500_000))
-    sandbox = small(local)
+    sandbox = LimitedSandbox(
+        local, max_command_bytes=SMALL_COMMAND_BYTES, max_output_bytes=SMALL_OUTPUT_BYTES
+    )
     with anyio.move_on_after(0.5) as scope:
         await sandbox.adownload_dir("tree", tmp_path / "back")
     assert scope.cancelled_caught
@@ -64,7 +61,9 @@ class _InterruptedSandbox(LimitedSandbox):
 
 def test_ctrl_c_during_a_sync_upload_leaves_nothing(local: LocalSandbox) -> None:
     (local.root_dir / "dest.bin").write_bytes(b"old")
-    sandbox = _InterruptedSandbox(local, max_command_bytes=16 * 1024, max_output_bytes=24 * 1024)
+    sandbox = _InterruptedSandbox(
+        local, max_command_bytes=SMALL_COMMAND_BYTES, max_output_bytes=SMALL_OUTPUT_BYTES
+    )
     with pytest.raises(KeyboardInterrupt):
         sandbox.upload_files([("dest.bin", os.urandom(100_000))])
     assert (local.root_dir / "dest.bin").read_bytes() == b"old"

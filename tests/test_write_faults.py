@@ -4,31 +4,20 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
 from sandbox_sdk import errors
 from sandbox_sdk.providers.local import LocalSandbox
-from sandbox_sdk.testing.faults import FAULTS_BEFORE_RUNNING, Fault, FaultySandbox, LimitedSandbox
+from sandbox_sdk.testing.faults import FAULTS_BEFORE_RUNNING, Fault, LimitedSandbox
+from tests.transfer.transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES, faulty, leftovers
 
-COMMAND_BYTES = 16 * 1024
-OUTPUT_BYTES = 24 * 1024
+COMMAND_BYTES = SMALL_COMMAND_BYTES
 OLD = b"old content that must survive\n"
 
 
-def faulty(local: LocalSandbox, fault: Fault, fail_at: int | None) -> FaultySandbox:
-    return FaultySandbox(
-        local, fault=fault, fail_at=fail_at, max_command_bytes=COMMAND_BYTES, max_output_bytes=OUTPUT_BYTES
-    )
-
-
-def staging_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob(".sbx-*"))
-
-
 def test_limited_provider_really_refuses_long_commands(local: LocalSandbox) -> None:
-    limited = LimitedSandbox(local, max_command_bytes=COMMAND_BYTES, max_output_bytes=OUTPUT_BYTES)
+    limited = LimitedSandbox(local, max_command_bytes=COMMAND_BYTES, max_output_bytes=SMALL_OUTPUT_BYTES)
     with pytest.raises(OSError, match="Argument list too long"):
         limited.execute(": " + "x" * COMMAND_BYTES)
     data = os.urandom(COMMAND_BYTES * 5)
@@ -51,7 +40,7 @@ def test_fault_on_each_call_of_a_chunked_write(local: LocalSandbox, fault: Fault
         with pytest.raises(errors.SandboxError):
             sandbox.write("dest.bin", data, overwrite=True)
         assert (root / "dest.bin").read_bytes() == (data if committed else OLD), f"call {fail_at}"
-        assert staging_files(root) == [], f"call {fail_at}"
+        assert leftovers(root) == [], f"call {fail_at}"
 
 
 @pytest.mark.parametrize("fault", [Fault.RAISE, Fault.TIMEOUT, Fault.GARBAGE])
@@ -70,4 +59,4 @@ def test_fault_on_each_call_of_a_staged_edit(local: LocalSandbox, fault: Fault) 
         with pytest.raises(errors.SandboxError):
             sandbox.edit("doc.txt", old_text, "n" * COMMAND_BYTES)
         assert (root / "doc.txt").read_bytes() == original, f"call {fail_at}"
-        assert staging_files(root) == [], f"call {fail_at}"
+        assert leftovers(root) == [], f"call {fail_at}"
