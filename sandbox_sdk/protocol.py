@@ -36,7 +36,7 @@ from sandbox_sdk.models import ExecuteResponse
 FRAME_MARKER = "@@SANDBOX_SDK"
 #: Printed (with the nonce) by the command itself when ``python3`` is missing.
 NO_PYTHON_MARKER = "@@SANDBOX_SDK_NO_PYTHON3"
-RUNTIME_IMPORT = "from sandbox_sdk.remote._runtime import "
+RUNTIME_MODULE = "sandbox_sdk.remote._runtime"
 PYTHON = "python3 -I -S"
 
 
@@ -90,56 +90,65 @@ def decode_path(text: str) -> str:
     return os.fsdecode(base64.b64decode(text))
 
 
-@cache
-def script(module: str) -> str:
-    """The bootstrap for ``sandbox_sdk/remote/<module>.py``, ready for ``-c``.
-
-    The shipped program is the shared runtime followed by the module (its
-    import of the runtime removed) and a call of ``main(OPS)``."""
+def shipped_source(module: str) -> str:
+    """The program run for ``sandbox_sdk/remote/<module>.py``: the shared
+    runtime, the module and a call of ``main(OPS)``, trimmed by :class:`_Shippable`."""
     package = resources.files("sandbox_sdk.remote")
     runtime = package.joinpath("_runtime.py").read_text("utf-8")
     body = package.joinpath(f"{module}.py").read_text("utf-8")
-    source = _minify("\n".join([runtime, _without_runtime_import(body, module), "main(OPS)", ""]))
-    packed = base64.b64encode(zlib.compress(source.encode("utf-8"), 9)).decode("ascii")
+    tree = _Shippable().visit(ast.parse("\n".join([runtime, body, "main(OPS)", ""])))
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
+@cache
+def script(module: str) -> str:
+    """The bootstrap for ``sandbox_sdk/remote/<module>.py``, ready for ``-c``:
+    the compressed :func:`shipped_source`, unpacked with built-in modules only."""
+    packed = base64.b64encode(zlib.compress(shipped_source(module).encode("utf-8"), 9)).decode("ascii")
     return (
-        f"import base64,zlib;exec(compile(zlib.decompress(base64.b64decode('{packed}')),"
+        f"import binascii,zlib;exec(compile(zlib.decompress(binascii.a2b_base64('{packed}')),"
         f"'sandbox_sdk/remote/{module}.py','exec'))"
     )
 
 
-def _minify(source: str) -> str:
-    """The same program without docstrings and comments: fewer bytes per command."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (
-            isinstance(node, ast.Module | ast.FunctionDef | ast.ClassDef)
-            and isinstance(body, list)
-            and body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)
-        ):
-            del body[0]
-            if not body:
-                body.append(ast.Pass())
-    return ast.unparse(tree) + "\n"
+class _Shippable(ast.NodeTransformer):
+    """What the sandbox does not need to run a script: docstrings, ``if
+    TYPE_CHECKING:`` blocks, annotations (so nothing of ``typing`` is ever
+    evaluated), ``__future__`` imports and the import of the runtime (shipped
+    in front)."""
 
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        super().generic_visit(node)
+        if getattr(node, "body", None) == []:
+            node.body = [ast.Pass()]  # type: ignore[attr-defined]
+        return node
 
-def _without_runtime_import(body: str, module: str) -> str:
-    """``body`` minus its one ``from sandbox_sdk.remote._runtime import ...``
-    statement (one line, or a parenthesised block) and its ``__future__`` import."""
-    lines = body.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith(RUNTIME_IMPORT)]
-    if len(starts) != 1:
-        raise RuntimeError(f"remote/{module}.py must import the runtime in exactly one statement")
-    end = start = starts[0]
-    if lines[start].rstrip().endswith("("):
-        while not lines[end].startswith(")"):
-            end += 1
-    kept = lines[:start] + lines[end + 1 :]
-    # The runtime, shipped first, already starts with the __future__ import.
-    return "\n".join(line for line in kept if not line.startswith("from __future__ import"))
+    def visit_Expr(self, node: ast.Expr) -> ast.AST | None:
+        is_docstring = isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        return None if is_docstring else node
+
+    def visit_If(self, node: ast.If) -> ast.AST | None:
+        if isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            return None
+        return self.generic_visit(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST | None:
+        return None if node.module in ("__future__", RUNTIME_MODULE) else node
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        node.annotation = None
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        node.returns = None
+        return self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST | None:
+        if node.value is None:
+            return None
+        return ast.copy_location(
+            ast.Assign(targets=[node.target], value=node.value, lineno=node.lineno), node
+        )
 
 
 def build_command(module: str, args: dict[str, Any], blobs: Sequence[bytes] = ()) -> tuple[str, str]:

@@ -6,6 +6,7 @@ import ast
 import base64
 import json
 import subprocess
+import zlib
 from importlib import resources
 from pathlib import Path
 
@@ -36,10 +37,9 @@ def test_exit_codes_avoid_shell_and_python_codes() -> None:
 @pytest.mark.parametrize("module", MODULES)
 def test_every_shipped_script_compiles_and_runs_only_stdlib(module: str) -> None:
     bootstrap = protocol.script(module)
-    packed = bootstrap.split("b64decode('")[1].split("')")[0]
-    import zlib
-
+    packed = bootstrap.split("a2b_base64('")[1].split("')")[0]
     source = zlib.decompress(base64.b64decode(packed)).decode()
+    assert source == protocol.shipped_source(module)
     tree = ast.parse(source)
     imported = {
         alias.name.split(".")[0]
@@ -53,6 +53,30 @@ def test_every_shipped_script_compiles_and_runs_only_stdlib(module: str) -> None
         "re", "shutil", "stat", "sys", "tarfile", "tempfile", "traceback", "typing",
     }  # fmt: skip
     assert source.rstrip().endswith("main(OPS)")
+
+
+#: What a script may import before it runs, besides built-in modules: each
+#: import costs every round trip its start-up time.
+START_UP_IMPORTS = {"binascii", "errno", "json", "os", "stat", "sys"}
+MODULE_IMPORTS = {"get": {"hashlib"}, "search": {"re"}, "archive": {"tarfile"}}
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_scripts_import_at_start_up_only_what_they_always_use(module: str) -> None:
+    tree = ast.parse(protocol.shipped_source(module))
+    top_level = {
+        alias.name.split(".")[0]
+        for node in tree.body
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])
+    }
+    assert top_level <= START_UP_IMPORTS | MODULE_IMPORTS.get(module, set())
+    annotated = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.arg | ast.AnnAssign) and getattr(node, "annotation", None)
+    ]
+    assert not annotated, "annotations are stripped: nothing of typing is evaluated in the sandbox"
 
 
 def test_user_values_never_reach_the_command_text() -> None:

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import os
 import tarfile
-from typing import Any, Dict, List, Optional, Set
 
-from sandbox_sdk.remote._runtime import Args, Blobs, Fail, Result, path_arg, remove_quietly, unb64
+from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, path_arg, remove_quietly, unb64
+
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Set
+
+    from sandbox_sdk.remote._runtime import Args, Blobs, Result
 
 
 def create(args: Args, blobs: Blobs) -> Result:

@@ -6,11 +6,9 @@ import os
 import stat
 
 from sandbox_sdk.remote._runtime import (
-    Args,
-    Blobs,
+    TYPE_CHECKING,
     DirLock,
     Fail,
-    Result,
     commit,
     path_arg,
     remove_quietly,
@@ -19,6 +17,9 @@ from sandbox_sdk.remote._runtime import (
     unb64,
     write_new,
 )
+
+if TYPE_CHECKING:
+    from sandbox_sdk.remote._runtime import Args, Blobs, Result
 
 
 def staged_argument(spec: object, blobs: Blobs) -> bytes:

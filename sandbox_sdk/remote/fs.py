@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import sys
-from typing import Any
 
-from sandbox_sdk.remote._runtime import Args, Blobs, Fail, Result, fail_from_oserror, path_arg
+from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, fail_from_oserror, path_arg
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from sandbox_sdk.remote._runtime import Args, Blobs, Result
 
 
 def mkdir(args: Args, blobs: Blobs) -> Result:
@@ -32,6 +35,8 @@ def delete(args: Args, blobs: Blobs) -> Result:
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(path)
     elif args["recursive"]:
+        import shutil
+
         shutil.rmtree(path, onerror=reraise)
     else:
         os.rmdir(path)

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, Dict, List
 
 from sandbox_sdk.remote._runtime import (
-    Args,
-    Blobs,
+    TYPE_CHECKING,
     Fail,
-    Result,
     as_failure,
     check_path,
     describe,
     open_regular,
     unb64,
 )
+
+if TYPE_CHECKING:
+    from typing import Any, Dict, List
+
+    from sandbox_sdk.remote._runtime import Args, Blobs, Result
 
 HASH_BLOCK = 1 << 20
 #: What one item of a ``get_many`` result costs besides its data: its JSON

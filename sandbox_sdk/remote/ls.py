@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List
 
-from sandbox_sdk.remote._runtime import Args, Blobs, Fail, Result, entry, json_size, path_arg
+from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, entry, json_size, path_arg
+
+if TYPE_CHECKING:
+    from typing import Any, Dict, List
+
+    from sandbox_sdk.remote._runtime import Args, Blobs, Result
 
 
 def ls(args: Args, blobs: Blobs) -> Result:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import List
+from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, open_regular, path_arg
 
-from sandbox_sdk.remote._runtime import Args, Blobs, Fail, Result, open_regular, path_arg
+if TYPE_CHECKING:
+    from typing import List
+
+    from sandbox_sdk.remote._runtime import Args, Blobs, Result
 
 SNIFF_BYTES = 8192
 

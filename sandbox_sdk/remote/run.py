@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 
-from sandbox_sdk.remote._runtime import Args, Blobs, Fail, Result, check_path, unb64
+from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, check_path, unb64
+
+if TYPE_CHECKING:
+    from sandbox_sdk.remote._runtime import Args, Blobs, Result
 
 
 def run(args: Args, blobs: Blobs) -> Result:

@@ -11,9 +11,13 @@ from __future__ import annotations
 import os
 import re
 import stat
-from typing import Callable, Iterator, List, Pattern, Set, Tuple
 
-from sandbox_sdk.remote._runtime import Args, Blobs, Fail, Result, b64, entry, json_size, path_arg, unb64
+from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, b64, entry, json_size, path_arg, unb64
+
+if TYPE_CHECKING:
+    from typing import Callable, Iterator, List, Pattern, Set, Tuple
+
+    from sandbox_sdk.remote._runtime import Args, Blobs, Result
 
 SNIFF_BYTES = 8192
 MAGIC = re.compile(rb"[*?\[{]")

@@ -3,16 +3,12 @@ large one staged in chunks at their offsets and committed after a check."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-from typing import Any, Dict, List
 
 from sandbox_sdk.remote._runtime import (
-    Args,
-    Blobs,
+    TYPE_CHECKING,
     DirLock,
     Fail,
-    Result,
     as_failure,
     check_destination,
     check_path,
@@ -26,6 +22,11 @@ from sandbox_sdk.remote._runtime import (
     unb64,
     write_new,
 )
+
+if TYPE_CHECKING:
+    from typing import Any, Dict, List
+
+    from sandbox_sdk.remote._runtime import Args, Blobs, Result
 
 HASH_BLOCK = 1 << 20
 
@@ -52,6 +53,8 @@ def write(args: Args, blobs: Blobs) -> Result:
 
 def put_many(args: Args, blobs: Blobs) -> Result:
     """Each item succeeds or fails alone; one failure never stops the rest."""
+    import hashlib
+
     results: List[Dict[str, Any]] = []
     for index, item in enumerate(args["items"]):
         try:
@@ -100,6 +103,8 @@ def stage(args: Args, blobs: Blobs) -> Result:
 
 
 def verify(tmp: bytes, size: int, sha256: str) -> None:
+    import hashlib
+
     actual = os.stat(tmp).st_size
     if actual != size:
         raise Fail("INTEGRITY", "staged %d bytes, expected %d" % (actual, size), tmp)
