@@ -2,10 +2,11 @@
 plus the drivers that run operations over it.
 
 Every operation is written once, as a generator that yields :class:`Call`
-objects (or lists of them, which may run concurrently) and receives each
-call's decoded reply. :meth:`SandboxCore._drive` runs such a generator with
-``execute`` and :meth:`SandboxCore._adrive` with ``aexecute``, so the sync and
-async APIs share every line of logic and differ only in how they wait.
+objects (and :class:`Pipeline` s of many calls, kept in flight a few at a
+time) and receives each call's decoded reply. :meth:`SandboxCore._drive`
+runs such a generator with ``execute`` and :meth:`SandboxCore._adrive` with
+``aexecute``, so the sync and async APIs share every line of logic and
+differ only in how they wait.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import os
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Generator, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -46,7 +49,25 @@ class Call:
     timeout: float | None = None
 
 
-Request = Call | list[Call]
+@dataclass(frozen=True)
+class Pipeline:
+    """Many calls, up to ``window`` of them in flight at once.
+
+    ``calls`` is drawn lazily and each reply is handed to ``consume`` in call
+    order as soon as it and every reply before it are in, so an operation
+    holds at most ``window`` calls' data however long the transfer, and the
+    sandbox works on the next call while the client digests the last. Yielding
+    a pipeline returns ``None`` once every reply is consumed. The first failure
+    (of a call, of ``consume``, or of drawing the next call) is raised into the
+    operation only after the calls still in flight have finished, so its
+    clean-up never races them."""
+
+    calls: Iterable[Call]
+    consume: Callable[[Any], None]
+    window: int = 1
+
+
+Request = Call | Pipeline
 Operation = Generator[Request, Any, T]
 
 
@@ -210,13 +231,14 @@ class SandboxCore(ABC):
     # -- drivers ---------------------------------------------------------------
 
     def _drive(self, operation: Operation[T]) -> T:
-        """Run an operation with ``execute``, one call after another."""
+        """Run an operation with ``execute``."""
         try:
             request = next(operation)
             while True:
                 try:
-                    if isinstance(request, list):
-                        reply: Any = [self._invoke(call) for call in request]
+                    reply: Any = None
+                    if isinstance(request, Pipeline):
+                        self._run_pipeline(request)
                     else:
                         reply = self._invoke(request)
                 except BaseException as exc:  # noqa: BLE001 - handed to the operation, which may clean up
@@ -226,8 +248,37 @@ class SandboxCore(ABC):
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
+    def _run_pipeline(self, pipeline: Pipeline) -> None:
+        """Keep the window full with worker threads. ``execute`` must therefore
+        be thread-safe, as the default ``aexecute`` already requires; a
+        provider that is not sets ``transfer_concurrency = 1``.
+
+        After Ctrl-C (or any other non-``Exception``), the operation gets the
+        interruption at once; calls already running finish in the background."""
+        calls = iter(pipeline.calls)
+        if pipeline.window <= 1:
+            for call in calls:
+                pipeline.consume(self._invoke(call))
+            return
+        pool = ThreadPoolExecutor(pipeline.window, thread_name_prefix="sandbox-sdk")
+        in_flight: deque[Future[Any]] = deque()
+        try:
+            for call in calls:
+                if len(in_flight) == pipeline.window:
+                    pipeline.consume(in_flight.popleft().result())
+                if any(future.done() and future.exception() for future in in_flight):
+                    break  # send nothing more; the failure is raised in call order below
+                in_flight.append(pool.submit(self._invoke, call))
+            while in_flight:
+                pipeline.consume(in_flight.popleft().result())
+        except Exception:
+            wait(in_flight)
+            raise
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
     async def _adrive(self, operation: Operation[T]) -> T:
-        """Run an operation with ``aexecute``; a list of calls runs concurrently.
+        """Run an operation with ``aexecute``.
 
         After a cancellation is handed to the operation, the clean-up calls it
         still makes run shielded, so a cancelled transfer leaves nothing behind."""
@@ -237,8 +288,9 @@ class SandboxCore(ABC):
             while True:
                 try:
                     with anyio.CancelScope(shield=interrupted):
-                        if isinstance(request, list):
-                            reply: Any = await self._agather(request)
+                        reply: Any = None
+                        if isinstance(request, Pipeline):
+                            await self._arun_pipeline(request)
                         else:
                             reply = await self._ainvoke(request)
                 except BaseException as exc:  # noqa: BLE001 - handed to the operation, which may clean up
@@ -249,19 +301,50 @@ class SandboxCore(ABC):
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
-    async def _agather(self, calls: list[Call]) -> list[Any]:
-        replies: list[Any] = [None] * len(calls)
-        failures: list[Exception] = []
-
-        async def one(index: int, call: Call) -> None:
-            try:
-                replies[index] = await self._ainvoke(call)
-            except Exception as exc:  # noqa: BLE001 - the first failure is raised below
-                failures.append(exc)
-
+    async def _arun_pipeline(self, pipeline: Pipeline) -> None:
+        """Keep the window full with tasks; a cancellation cancels the calls in flight."""
+        in_flight: deque[_PendingReply] = deque()
+        failure: Exception | None = None
         async with anyio.create_task_group() as group:
-            for index, call in enumerate(calls):
-                group.start_soon(one, index, call)
-        if failures:
-            raise failures[0]
-        return replies
+            try:
+                for call in pipeline.calls:
+                    if len(in_flight) == max(1, pipeline.window):
+                        pipeline.consume(await in_flight.popleft().get())
+                    if any(pending.failed for pending in in_flight):
+                        break  # send nothing more; the failure is raised in call order below
+                    pending = _PendingReply()
+                    group.start_soon(pending.fill, self._ainvoke, call)
+                    in_flight.append(pending)
+                while in_flight:
+                    pipeline.consume(await in_flight.popleft().get())
+            except Exception as exc:  # noqa: BLE001 - raised once the calls in flight are done
+                failure = exc
+        if failure is not None:
+            raise failure
+
+
+class _PendingReply:
+    """The reply of a call running in a task: its value, or the exception it raised."""
+
+    def __init__(self) -> None:
+        self._done = anyio.Event()
+        self._value: Any = None
+        self._error: Exception | None = None
+
+    async def fill(self, invoke: Callable[[Call], Awaitable[Any]], call: Call) -> None:
+        try:
+            self._value = await invoke(call)
+        except Exception as exc:  # noqa: BLE001 - re-raised by get(), in call order
+            self._error = exc
+        finally:
+            self._done.set()
+
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
+    async def get(self) -> Any:
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value

@@ -24,7 +24,8 @@ import posixpath
 import stat
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -35,6 +36,7 @@ from sandbox_sdk._core import (
     Call,
     Operation,
     PathArg,
+    Pipeline,
     SandboxCore,
     can_clean_up,
     check_path,
@@ -52,9 +54,10 @@ UploadSource = bytes | bytearray | memoryview | str | os.PathLike[str] | BinaryI
 REMOTE_ARCHIVE_DIR = "/tmp"
 #: Directory archives are spooled in memory up to this size, then to disk.
 SPOOL_BYTES = 8 * 1024 * 1024
-#: Raw chunk bytes an async transfer keeps in flight at most (each costs a
-#: few copies on the client: base64 text, command or output string), so client
-#: memory stays bounded whatever ``transfer_concurrency`` and the budgets are.
+#: Raw chunk bytes a transfer keeps in flight at most beyond its first two
+#: chunks (each costs a few copies on the client: base64 text, command or
+#: output string), so client memory stays bounded by the budgets, whatever
+#: ``transfer_concurrency`` is and however large the file.
 IN_FLIGHT_BYTES = 6 * 1024 * 1024
 
 _ERROR_CODES: dict[type[errors.SandboxError], str] = {
@@ -102,6 +105,18 @@ def open_upload_source(data: UploadSource) -> OpenedUpload:
     raise errors.InvalidArgumentError(f"cannot upload a {type(data).__name__}: pass bytes, a path or a file")
 
 
+def _chunks(stream: IO[bytes], size: int) -> Iterator[tuple[bytes, bool]]:
+    """``stream`` in chunks of ``size`` bytes, each with whether it is the
+    last (at least one chunk, empty for an empty stream; one is read ahead)."""
+    chunk = _read_full(stream, size)
+    while True:
+        following = _read_full(stream, size) if len(chunk) == size else b""
+        yield chunk, not following
+        if not following:
+            return
+        chunk = following
+
+
 def _read_full(stream: IO[bytes], size: int) -> bytes:
     """Up to ``size`` bytes, fewer only at end of stream."""
     parts = []
@@ -135,57 +150,63 @@ class TransferMethods(SandboxCore):
     # -- staged upload and chunked download (shared with write/edit/read_bytes) ---------
 
     def _window(self, chunk_bytes: int) -> int:
-        """Chunks to send or fetch at once: ``transfer_concurrency``, fewer if
-        that many would hold more than ``IN_FLIGHT_BYTES``."""
-        return max(1, min(self.transfer_concurrency, IN_FLIGHT_BYTES // max(chunk_bytes, 1)))
+        """Chunks to keep in flight: ``transfer_concurrency``, fewer if that
+        many would hold more than ``IN_FLIGHT_BYTES``, but two in any case
+        (the sandbox works on one while the client takes in the other)."""
+        return max(1, min(self.transfer_concurrency, max(2, IN_FLIGHT_BYTES // max(chunk_bytes, 1))))
 
     def _op_stage(
         self, dest: str, source: IO[bytes], overwrite: bool, tally: _Tally | None
     ) -> Operation[int]:
         """Upload ``source`` to ``dest`` (payload-encoded) in chunks; all or nothing.
 
-        The first chunk creates the staging file (after checking ``dest``), the
-        middle ones may run concurrently, the last one verifies and commits.
-        On any failure the staging file is removed and the error re-raised."""
+        The first chunk creates the staging file (after checking ``dest``),
+        the middle ones are pipelined, the last one verifies size and SHA-256
+        and commits. On any failure the staging file is removed and the error
+        re-raised."""
         token = new_token()
         base = {"op": "stage", "path": dest, "token": token, "overwrite": overwrite}
         capacity = self._blob_capacity(
             "write", {**base, "offset": 1 << 60, "final": {"size": 1 << 60, "sha256": "0" * 64}}
         )
         digest = hashlib.sha256()
-        offset = 0
-        pending = _read_full(source, capacity)
-        first = True
+        what = f"upload to {protocol.decode_path(dest)!r}"
+        sent = 0
+        unacknowledged: deque[int] = deque()  # sizes of the chunks sent, in order
 
-        def call(at: int, data: bytes, final: bool) -> Call:
-            args: dict[str, Any] = {**base, "offset": at}
+        def call(data: bytes, final: bool) -> Call:
+            nonlocal sent
+            args: dict[str, Any] = {**base, "offset": sent}
+            digest.update(data)
+            sent += len(data)
+            unacknowledged.append(len(data))
             if final:
-                args["final"] = {"size": at + len(data), "sha256": digest.hexdigest()}
-            return Call("write", args, [data], what=f"upload to {protocol.decode_path(dest)!r}")
+                args["final"] = {"size": sent, "sha256": digest.hexdigest()}
+            return Call("write", args, [data], what=what)
 
+        def count(reply: Any) -> None:
+            done = unacknowledged.popleft()
+            if tally:
+                tally.add(done)
+
+        chunks = _chunks(source, capacity)
+        data, last = next(chunks)
         try:
-            while True:
-                batch: list[tuple[int, bytes, bool]] = []
-                while True:
-                    following = _read_full(source, capacity) if len(pending) == capacity else b""
-                    digest.update(pending)
-                    final = not following
-                    batch.append((offset, pending, final))
-                    offset += len(pending)
-                    pending = following
-                    if final or first or len(batch) >= self._window(capacity):
-                        break
-                if final and len(batch) > 1:  # the commit waits for every other chunk
-                    yield [call(at, data, False) for at, data, _ in batch[:-1]]
-                    if tally:
-                        tally.add(sum(len(data) for _, data, _ in batch[:-1]))
-                    batch = batch[-1:]
-                yield [call(at, data, last) for at, data, last in batch]
-                if tally:
-                    tally.add(sum(len(data) for _, data, _ in batch))
-                first = False
-                if final:
-                    return offset
+            if not last:
+                count((yield call(data, False)))  # creates the staging file, so it runs alone
+                held_back: list[bytes] = []
+
+                def middle() -> Iterator[Call]:
+                    for chunk, is_last in chunks:
+                        if is_last:  # the commit waits for every other chunk
+                            held_back.append(chunk)
+                            return
+                        yield call(chunk, False)
+
+                yield Pipeline(middle(), count, self._window(capacity))
+                [data] = held_back
+            count((yield call(data, True)))
+            return sent
         except BaseException as exc:
             if can_clean_up(exc):
                 with contextlib.suppress(Exception):
@@ -212,30 +233,43 @@ class TransferMethods(SandboxCore):
     def _op_download(
         self, path: str, sink: IO[bytes], max_size: int | None, tally: _Tally | None, what: str
     ) -> Operation[int]:
-        """Copy a remote file into ``sink`` in output-sized chunks, verified by SHA-256."""
+        """Copy a remote file into ``sink`` in output-sized chunks, pipelined,
+        verified against the SHA-256 the sandbox computes of the whole file.
+
+        The first call learns the size. A file that fits in it comes with the
+        SHA-256 of what was read; otherwise the last chunk's call hashes the
+        whole file, while the client is still taking in the chunks before it."""
         capacity = self._result_budget()
-        args = {"op": "read_chunk", "path": path, "offset": 0, "length": capacity, "digest": True}
-        value, blobs = yield Call("get", {**args, "max_size": max_size}, what=what)
+        args = {"op": "read_chunk", "path": path, "length": capacity}
+        value, (first,) = yield Call("get", {**args, "offset": 0, "max_size": max_size}, what=what)
         size: int = value["size"]
-        expected: str = value["sha256"]
         if tally:
             tally.total += size
         digest = hashlib.sha256()
-        offset = 0
-        chunks: list[bytes] = [blobs[0]]
-        while True:
-            for data in chunks:
-                digest.update(data)
-                sink.write(data)
-                offset += len(data)
-                if tally:
-                    tally.add(len(data))
-            if offset >= size or not chunks[-1]:
-                break
-            starts = range(offset, size, capacity)[: self._window(capacity)]
-            replies = yield [Call("get", {**args, "offset": at, "digest": False}, what=what) for at in starts]
-            chunks = [reply[1][0] for reply in replies]
-        if offset != size or digest.hexdigest() != expected:
+        expected: list[str] = [value["sha256"]] if "sha256" in value else []
+        received = 0
+
+        def take(data: bytes) -> None:
+            nonlocal received
+            if len(data) != min(capacity, size - received):
+                raise errors.IntegrityError(f"{what}: the file changed size while it was being read")
+            digest.update(data)
+            sink.write(data)
+            received += len(data)
+            if tally:
+                tally.add(len(data))
+
+        def consume(reply: Any) -> None:
+            chunk_value, (data,) = reply
+            take(data)
+            if "sha256" in chunk_value:
+                expected.append(chunk_value["sha256"])
+
+        take(first)
+        starts = range(capacity, size, capacity)
+        calls = (Call("get", {**args, "offset": at, "digest": at == starts[-1]}, what=what) for at in starts)
+        yield Pipeline(calls, consume, self._window(capacity))
+        if received != size or expected != [digest.hexdigest()]:
             raise errors.IntegrityError(
                 f"{what}: the file changed while it was being read (or was corrupted)"
             )

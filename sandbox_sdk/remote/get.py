@@ -27,8 +27,10 @@ ITEM_BYTES = 128
 
 
 def read_chunk(args: Args, blobs: Blobs) -> Result:
-    """``length`` bytes at ``offset``; on request the whole file's size and SHA-256
-    too, so the client can verify what it reassembles."""
+    """``length`` bytes at ``offset`` and the file's size. The SHA-256 of the
+    whole file comes too when this chunk is the whole file (hashed in memory)
+    or on request (``digest``: the file is read again), so the client can
+    verify what it reassembles."""
     path = unb64(args["path"])
     check_path(path)
     with open_regular(path) as f:
@@ -38,14 +40,18 @@ def read_chunk(args: Args, blobs: Blobs) -> Result:
             raise Fail(
                 "OUTPUT_LIMIT", "file is %d bytes, over the %d-byte cap" % (size, limit), path, size=size
             )
+        offset = args["offset"]
+        f.seek(offset)
+        data = f.read(args["length"])
         info: Dict[str, Any] = {"size": size}
-        if args.get("digest"):
+        if offset == 0 and len(data) == size and not f.read(1):
+            info["sha256"] = hashlib.sha256(data).hexdigest()
+        elif args.get("digest"):
+            f.seek(0)
             digest = hashlib.sha256()
             for block in iter(lambda: f.read(HASH_BLOCK), b""):
                 digest.update(block)
             info["sha256"] = digest.hexdigest()
-        f.seek(args["offset"])
-        data = f.read(args["length"])
     return info, [data]
 
 
