@@ -97,7 +97,7 @@ def shipped_source(module: str) -> str:
     runtime = package.joinpath("_runtime.py").read_text("utf-8")
     body = package.joinpath(f"{module}.py").read_text("utf-8")
     tree = _Shippable().visit(ast.parse("\n".join([runtime, body, "main(OPS)", ""])))
-    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+    return ast.unparse(ast.fix_missing_locations(_without_unused_definitions(tree))) + "\n"
 
 
 @cache
@@ -151,16 +151,40 @@ class _Shippable(ast.NodeTransformer):
         )
 
 
+def _without_unused_definitions(tree: ast.Module) -> ast.Module:
+    """``tree`` without the top-level functions and classes that nothing it
+    runs can reach: each script ships only the part of the runtime it uses,
+    and the sandbox compiles less on every round trip."""
+    definitions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+    reachable: set[str] = set()
+    pending = [node for node in tree.body if not isinstance(node, ast.FunctionDef | ast.ClassDef)]
+    while pending:
+        for node in ast.walk(pending.pop()):
+            if isinstance(node, ast.Name) and node.id in definitions and node.id not in reachable:
+                reachable.add(node.id)
+                pending.append(definitions[node.id])
+    tree.body = [
+        node
+        for node in tree.body
+        if not isinstance(node, ast.FunctionDef | ast.ClassDef) or node.name in reachable
+    ]
+    return tree
+
+
 def build_command(module: str, args: dict[str, Any], blobs: Sequence[bytes] = ()) -> tuple[str, str]:
     """The shell command for one operation and the nonce its frame must carry."""
     nonce = secrets.token_hex(16)
     header = json.dumps({**args, "nonce": nonce}, separators=(",", ":")).encode("utf-8")
-    payload = "\n".join(
-        [base64.b64encode(header).decode("ascii"), *(base64.b64encode(b).decode("ascii") for b in blobs)]
-    )
     delimiter = f"SBX_{nonce}"
     check = f"command -v python3 >/dev/null 2>&1 || {{ echo {NO_PYTHON_MARKER} {nonce}; exit 127; }}"
-    return f"{check}; {PYTHON} -c \"{script(module)}\" <<'{delimiter}'\n{payload}\n{delimiter}\n", nonce
+    lines = [f"{check}; {PYTHON} -c \"{script(module)}\" <<'{delimiter}'", _b64(header)]
+    lines.extend(_b64(blob) for blob in blobs)
+    lines.extend([delimiter, ""])
+    return "\n".join(lines), nonce  # one join: a blob of megabytes is copied into the command once
+
+
+def _b64(data: bytes) -> str:
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
 
 
 def command_overhead(module: str, args: dict[str, Any]) -> int:
@@ -174,8 +198,8 @@ def blob_capacity(budget: int) -> int:
     return max(0, budget // 4 * 3)
 
 
-def parse_result(response: ExecuteResponse, nonce: str, what: str) -> tuple[Any, list[bytes]]:
-    """Turn a script's output and exit code into its value, or raise."""
+def parse_result(response: ExecuteResponse, nonce: str, what: str) -> tuple[Any, list[bytes | bytearray]]:
+    """Turn a script's output and exit code into its value and blobs, or raise."""
     if response.timed_out:
         raise errors.SandboxTimeoutError(f"{what} timed out")
     frame = _find_frame(response.output, nonce)
@@ -222,7 +246,7 @@ def error_from(error: dict[str, Any], what: str) -> errors.SandboxError:
     return ERROR_TYPES[code](text, path=path)
 
 
-def _find_frame(output: str, nonce: str) -> tuple[dict[str, Any], list[bytes]] | None:
+def _find_frame(output: str, nonce: str) -> tuple[dict[str, Any], list[bytes | bytearray]] | None:
     prefix = f"{FRAME_MARKER} {nonce} "
     start = output.rfind(prefix)
     if start < 0 or (start > 0 and output[start - 1] != "\n"):
@@ -230,13 +254,45 @@ def _find_frame(output: str, nonce: str) -> tuple[dict[str, Any], list[bytes]] |
     end = output.find("\n", start)
     if end < 0:  # no closing newline: the frame was cut (and a cut can still decode)
         return None
-    fields = output[start + len(prefix) : end].split(" ")
+    fields: list[bytes | bytearray] = []
+    at = start + len(prefix)
+    while at <= end:
+        space = output.find(" ", at, end)
+        stop = end if space < 0 else space
+        try:
+            fields.append(_decode_field(output, at, stop))
+        except (ValueError, binascii.Error):
+            return None
+        at = stop + 1
     try:
-        body = json.loads(base64.b64decode(fields[0], validate=True))
-        blobs = [base64.b64decode(field, validate=True) for field in fields[1:]]
-    except (ValueError, binascii.Error):
+        body = json.loads(fields[0])
+    except ValueError:
         return None
-    return (body, blobs) if isinstance(body, dict) else None
+    return (body, fields[1:]) if isinstance(body, dict) else None
+
+
+#: Fields longer than this are decoded piece by piece, straight from the output.
+DECODE_PIECE_CHARS = 1 << 20
+
+
+def _decode_field(output: str, start: int, stop: int) -> bytes | bytearray:
+    """The base64 field ``output[start:stop]``, strictly decoded.
+
+    A long field (a chunk of a download) is decoded a piece at a time into
+    one buffer, so it costs its decoded size on top of the output, not a
+    copy of the output's text as well; it comes back as a ``bytearray``."""
+    if stop - start <= DECODE_PIECE_CHARS:
+        return binascii.a2b_base64(output[start:stop], strict_mode=True)
+    if (stop - start) % 4:
+        raise binascii.Error("truncated base64 field")
+    decoded = bytearray((stop - start) // 4 * 3)
+    filled = 0
+    for at in range(start, stop, DECODE_PIECE_CHARS):  # whole quanta: padding only in the last
+        piece = binascii.a2b_base64(output[at : min(at + DECODE_PIECE_CHARS, stop)], strict_mode=True)
+        decoded[filled : filled + len(piece)] = piece
+        filled += len(piece)
+    del decoded[filled:]  # what the padding did not fill
+    return decoded
 
 
 def _no_frame_error(response: ExecuteResponse, nonce: str, what: str) -> errors.SandboxError:
