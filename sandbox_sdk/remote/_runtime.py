@@ -24,7 +24,7 @@ import sys
 # ``contextlib``, and ``hashlib`` only where a digest is taken.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
+    from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Optional, Tuple
 
     Args = Dict[str, Any]
     Blobs = List[bytes]
@@ -98,6 +98,15 @@ def unb64(text: str | bytes) -> bytes:
     ):
         raise binascii.Error("invalid base64")
     return binascii.a2b_base64(raw)
+
+
+def sha256_hex(blocks: Iterable[bytes]) -> str:
+    import hashlib  # not at start-up: loading OpenSSL costs a round trip milliseconds
+
+    digest = hashlib.sha256()
+    for block in blocks:
+        digest.update(block)
+    return digest.hexdigest()
 
 
 def path_arg(args: Args, key: str = "path") -> bytes:

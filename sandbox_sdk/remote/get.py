@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 from sandbox_sdk.remote._runtime import (
@@ -12,6 +11,7 @@ from sandbox_sdk.remote._runtime import (
     check_path,
     describe,
     open_regular,
+    sha256_hex,
     unb64,
 )
 
@@ -45,13 +45,10 @@ def read_chunk(args: Args, blobs: Blobs) -> Result:
         data = f.read(args["length"])
         info: Dict[str, Any] = {"size": size}
         if offset == 0 and len(data) == size and not f.read(1):
-            info["sha256"] = hashlib.sha256(data).hexdigest()
+            info["sha256"] = sha256_hex([data])
         elif args.get("digest"):
             f.seek(0)
-            digest = hashlib.sha256()
-            for block in iter(lambda: f.read(HASH_BLOCK), b""):
-                digest.update(block)
-            info["sha256"] = digest.hexdigest()
+            info["sha256"] = sha256_hex(iter(lambda: f.read(HASH_BLOCK), b""))
     return info, [data]
 
 
@@ -80,7 +77,7 @@ def get_many(args: Args, blobs: Blobs) -> Result:
         except Exception as exc:  # noqa: BLE001 - reported per item
             items.append({"error": describe(as_failure(exc))})
             continue
-        items.append({"blob": len(out), "sha256": hashlib.sha256(data).hexdigest()})
+        items.append({"blob": len(out), "sha256": sha256_hex([data])})
         out.append(data)
         used += len(data)
     return {"items": items}, out

@@ -18,6 +18,7 @@ from sandbox_sdk.remote._runtime import (
     path_arg,
     remove_quietly,
     resolve_target,
+    sha256_hex,
     temp_name,
     unb64,
     write_new,
@@ -53,15 +54,13 @@ def write(args: Args, blobs: Blobs) -> Result:
 
 def put_many(args: Args, blobs: Blobs) -> Result:
     """Each item succeeds or fails alone; one failure never stops the rest."""
-    import hashlib
-
     results: List[Dict[str, Any]] = []
     for index, item in enumerate(args["items"]):
         try:
             dest = unb64(item["path"])
             check_path(dest)
             data = blobs[item["blob"]]
-            if hashlib.sha256(data).hexdigest() != item["sha256"]:
+            if sha256_hex([data]) != item["sha256"]:
                 raise Fail("INTEGRITY", "content does not match its SHA-256", dest)
             put(dest, data, True, "%s-%d" % (args["token"], index))
         except Exception as exc:  # noqa: BLE001 - reported per item
@@ -103,16 +102,12 @@ def stage(args: Args, blobs: Blobs) -> Result:
 
 
 def verify(tmp: bytes, size: int, sha256: str) -> None:
-    import hashlib
-
     actual = os.stat(tmp).st_size
     if actual != size:
         raise Fail("INTEGRITY", "staged %d bytes, expected %d" % (actual, size), tmp)
-    digest = hashlib.sha256()
     with open(tmp, "rb") as f:
-        for block in iter(lambda: f.read(HASH_BLOCK), b""):
-            digest.update(block)
-    if digest.hexdigest() != sha256:
+        actual_sha256 = sha256_hex(iter(lambda: f.read(HASH_BLOCK), b""))
+    if actual_sha256 != sha256:
         raise Fail("INTEGRITY", "SHA-256 of the staged file does not match what was sent", tmp)
 
 
