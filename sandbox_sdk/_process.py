@@ -4,7 +4,8 @@ Shared by the local and bubblewrap providers: the command gets its own
 process group (a new session, so it cannot reach a controlling terminal);
 output is read as it comes, stdout and stderr merged, and everything past
 ``max_output_bytes`` is discarded on arrival, so memory never grows past the
-cap; at the timeout the whole group is killed.
+cap; at the timeout the whole group is killed. A command too long for one
+``bash -c`` argument travels in an in-memory file (:func:`bash_script`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,21 @@ import os
 import selectors
 import signal
 import subprocess
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from sandbox_sdk.models import ExecuteResponse
 
+#: Commands up to this size go to ``bash -c`` as one argument (Linux caps one
+#: argument at 128 KiB); larger ones are handed over in an in-memory file.
+ARGV_COMMAND_BYTES = 96 * 1024
+#: What a provider that runs commands with :func:`bash_script` declares as
+#: ``max_command_bytes``: 3 MiB of upload per round trip, a bounded client
+#: memory per command in flight, and less than one 8 MiB output (so whatever
+#: one command wrote, one ``read`` returns).
+LARGE_COMMAND_BYTES = 4 * 1024 * 1024
+WRITE_CHARS = 1 << 20
 #: Exit code reported for a command killed at its timeout (as timeout(1) does).
 TIMEOUT_EXIT_CODE = 124
 #: How long output is still collected from background children after the
@@ -106,3 +117,41 @@ def run_process(
 def kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def bash_script(command: str) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """What to pass to ``bash -c`` for ``command``, and the descriptors the
+    child must inherit.
+
+    A command longer than one argument may be is written to an anonymous
+    in-memory file that bash sources; ``.`` reads the whole file before
+    running any of it, so its first statement closes the descriptor and
+    nothing the command starts inherits it."""
+    if (len(command) if command.isascii() else len(command.encode("utf-8"))) <= ARGV_COMMAND_BYTES:
+        yield command, ()
+        return
+    fd = os.memfd_create("sandbox-command") if hasattr(os, "memfd_create") else _unlinked_temp_file()
+    try:
+        _write_all(fd, f"exec {fd}<&-; ".encode("ascii"))
+        for start in range(0, len(command), WRITE_CHARS):  # encoded piecewise: no full copy
+            _write_all(fd, command[start : start + WRITE_CHARS].encode("utf-8", "surrogateescape"))
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield f". /dev/fd/{fd}", (fd,)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _unlinked_temp_file() -> int:
+    """Where there is no ``memfd_create``: a temp file, unlinked at once and
+    readable by the (possibly less privileged) user the command runs as."""
+    fd, path = tempfile.mkstemp(prefix="sandbox-command-")
+    os.unlink(path)
+    os.fchmod(fd, 0o644)
+    return fd

@@ -25,14 +25,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sandbox_sdk import errors
 from sandbox_sdk._local_state import WORKSPACE_DIR, LocalStateProvider, SandboxRecord, mark_used
-from sandbox_sdk._process import run_process
+from sandbox_sdk._process import LARGE_COMMAND_BYTES, bash_script, run_process
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
 
 #: Where the workspace appears inside the jail (and the working directory).
 WORKSPACE_PATH = "/workspace"
 TMP_DIR = "tmp"
-DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 #: Host uid/gid the jail runs as when the SDK runs as root (``nobody``).
 DEFAULT_ROOT_SANDBOX_USER = (65534, 65534)
 #: Top-level directories that are the system (or symlinks into ``/usr``).
@@ -286,7 +286,12 @@ class BwrapSandbox(BaseSandbox):
     ``tmp_dir`` is mounted as the jail's ``/tmp`` (it persists between
     commands, as file operations that stage data there need). Both must be
     writable by the user the jail runs as (``root_sandbox_user`` under root).
-    Usually obtained from :class:`BwrapProvider`."""
+    Usually obtained from :class:`BwrapProvider`.
+
+    Commands longer than one argument reach the jail's bash through an
+    in-memory file it inherits, so a round trip carries up to 4 MiB."""
+
+    max_command_bytes = LARGE_COMMAND_BYTES
 
     def __init__(
         self,
@@ -325,21 +330,23 @@ class BwrapSandbox(BaseSandbox):
             raise errors.InvalidArgumentError("command must be a str")
         if self.usage_dir is not None:
             mark_used(self.usage_dir)
-        argv = self.jail.argv(
-            command,
-            workspace=self.workspace,
-            tmp_dir=self.tmp_dir,
-            env=self.env,
-            limits=self.limits,
-            network=self.network,
-        )
-        return run_process(
-            argv,
-            cwd=None,
-            env={"PATH": PATH},
-            timeout=self.limits.timeout if timeout is None else timeout,
-            max_output_bytes=self.max_output_bytes,
-        )
+        with bash_script(command) as (script, pass_fds):
+            argv = self.jail.argv(
+                script,
+                workspace=self.workspace,
+                tmp_dir=self.tmp_dir,
+                env=self.env,
+                limits=self.limits,
+                network=self.network,
+            )
+            return run_process(
+                argv,
+                cwd=None,
+                env={"PATH": PATH},
+                timeout=self.limits.timeout if timeout is None else timeout,
+                max_output_bytes=self.max_output_bytes,
+                pass_fds=pass_fds,
+            )
 
     def __repr__(self) -> str:
         return f"BwrapSandbox({str(self.workspace)!r}, id={self.id!r}, network={self.network})"

@@ -9,24 +9,18 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from sandbox_sdk._local_state import WORKSPACE_DIR, LocalStateProvider, SandboxRecord, mark_used
-from sandbox_sdk._process import run_process
+from sandbox_sdk._process import LARGE_COMMAND_BYTES, bash_script, run_process
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
 
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
-#: Commands up to this size go to ``bash -c`` as one argument (Linux caps one
-#: argument at 128 KiB); larger ones are handed over in an in-memory file.
-ARGV_COMMAND_BYTES = 96 * 1024
-WRITE_CHARS = 1 << 20
 #: The environment of a command when the host's is not inherited.
 BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -48,10 +42,7 @@ class LocalSandbox(BaseSandbox):
     up to ``max_command_bytes`` work and large transfers need few round trips.
     """
 
-    #: 4 MiB commands carry 3 MiB of upload per round trip, keep the client's
-    #: memory per in-flight command bounded, and stay under what one output
-    #: (8 MiB) returns (so whatever one command wrote, one ``read`` can return).
-    max_command_bytes = 4 * 1024 * 1024
+    max_command_bytes = LARGE_COMMAND_BYTES
 
     def __init__(
         self,
@@ -77,23 +68,15 @@ class LocalSandbox(BaseSandbox):
         return self._id
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
-        if (len(command) if command.isascii() else len(command.encode("utf-8"))) <= ARGV_COMMAND_BYTES:
-            return self._run(["bash", "-c", command], timeout)
-        with _command_file(command) as fd:
-            # ``.`` reads the whole file before running any of it, so its
-            # first statement can close the descriptor: nothing the command
-            # starts inherits it.
-            return self._run(["bash", "-c", f". /dev/fd/{fd}"], timeout, pass_fds=(fd,))
-
-    def _run(self, argv: list[str], timeout: float | None, pass_fds: tuple[int, ...] = ()) -> ExecuteResponse:
-        return run_process(
-            argv,
-            cwd=self.root_dir,
-            env=self.env,
-            timeout=self.timeout if timeout is None else timeout,
-            max_output_bytes=self.max_output_bytes,
-            pass_fds=pass_fds,
-        )
+        with bash_script(command) as (script, pass_fds):
+            return run_process(
+                ["bash", "-c", script],
+                cwd=self.root_dir,
+                env=self.env,
+                timeout=self.timeout if timeout is None else timeout,
+                max_output_bytes=self.max_output_bytes,
+                pass_fds=pass_fds,
+            )
 
     def __repr__(self) -> str:
         return f"LocalSandbox({str(self.root_dir)!r}, id={self.id!r})"
@@ -143,29 +126,3 @@ class LocalProvider(LocalStateProvider[TrackedLocalSandbox]):
         )
         sandbox.sandbox_dir = directory
         return sandbox
-
-
-@contextlib.contextmanager
-def _command_file(command: str) -> Iterator[int]:
-    """An unlinked, in-memory file holding ``exec N<&-;`` and then ``command``."""
-    fd = os.memfd_create("sandbox-command") if hasattr(os, "memfd_create") else _unlinked_temp_file()
-    try:
-        _write_all(fd, f"exec {fd}<&-; ".encode("ascii"))
-        for start in range(0, len(command), WRITE_CHARS):  # encoded piecewise: no full copy
-            _write_all(fd, command[start : start + WRITE_CHARS].encode("utf-8", "surrogateescape"))
-        os.lseek(fd, 0, os.SEEK_SET)
-        yield fd
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _unlinked_temp_file() -> int:
-    fd, path = tempfile.mkstemp(prefix="sandbox-command-")
-    os.unlink(path)
-    return fd

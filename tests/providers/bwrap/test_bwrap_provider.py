@@ -10,6 +10,7 @@ import pytest
 from sandbox_sdk.providers.bwrap import BwrapProvider, BwrapSandbox
 from sandbox_sdk.testing.provider_suite import ProviderConformanceTests
 from sandbox_sdk.testing.sandbox_suite import SandboxConformanceTests
+from sandbox_sdk.testing.transfer_suite import TransferContractTests
 
 
 class TestBwrapProvider(ProviderConformanceTests):
@@ -23,6 +24,19 @@ class TestBwrapSandbox(SandboxConformanceTests):
     @classmethod
     def sandbox(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BwrapSandbox]:
         provider = BwrapProvider(tmp_path_factory.mktemp("bwrap-conformance"))
+        sandbox = provider.create()
+        yield sandbox
+        provider.delete(sandbox_id=sandbox.id)
+
+
+class TestBwrapTransfers(TransferContractTests):
+    """The embedded default, held to the transfer contract through its own
+    4 MiB commands and 8 MiB outputs."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def sandbox(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BwrapSandbox]:
+        provider = BwrapProvider(tmp_path_factory.mktemp("bwrap-transfers"))
         sandbox = provider.create()
         yield sandbox
         provider.delete(sandbox_id=sandbox.id)
