@@ -117,6 +117,12 @@ def _chunks(stream: IO[bytes], size: int) -> Iterator[tuple[bytes, bool]]:
         chunk = following
 
 
+def _changed_size(expected: int, read: int) -> str:
+    if read > expected:
+        return f"the local source grew while it was read (past its {expected} bytes)"
+    return f"the local source shrank while it was read ({read} of {expected} bytes)"
+
+
 def _read_full(stream: IO[bytes], size: int) -> bytes:
     """Up to ``size`` bytes, fewer only at end of stream."""
     parts = []
@@ -156,14 +162,20 @@ class TransferMethods(SandboxCore):
         return max(1, min(self.transfer_concurrency, max(2, IN_FLIGHT_BYTES // max(chunk_bytes, 1))))
 
     def _op_stage(
-        self, dest: str, source: IO[bytes], overwrite: bool, tally: _Tally | None
+        self,
+        dest: str,
+        source: IO[bytes],
+        overwrite: bool,
+        tally: _Tally | None,
+        size: int | None = None,
     ) -> Operation[int]:
         """Upload ``source`` to ``dest`` (payload-encoded) in chunks; all or nothing.
 
         The first chunk creates the staging file (after checking ``dest``),
         the middle ones are pipelined, the last one verifies size and SHA-256
-        and commits. On any failure the staging file is removed and the error
-        re-raised."""
+        and commits. A source that does not hold the ``size`` bytes it was
+        expected to is not committed. On any failure the staging file is
+        removed and the error re-raised."""
         token = new_token()
         base = {"op": "stage", "path": dest, "token": token, "overwrite": overwrite}
         capacity = self._blob_capacity(
@@ -181,6 +193,8 @@ class TransferMethods(SandboxCore):
             sent += len(data)
             unacknowledged.append(len(data))
             if final:
+                if size is not None and sent != size:
+                    raise errors.IntegrityError(f"{what}: {_changed_size(size, sent)}")
                 args["final"] = {"size": sent, "sha256": digest.hexdigest()}
             return Call("write", args, [data], what=what)
 
@@ -307,14 +321,20 @@ class TransferMethods(SandboxCore):
                     yield from self._op_put_many(packer.take(), files, results, tally)
                 if source.size is not None and packer.accepts(encoded, source.size):
                     try:
-                        packer.add(index, encoded, _read_full(source.stream, source.size))
+                        data = _read_full(source.stream, source.size + 1)
                     except OSError as exc:
                         results[index] = FileUploadResponse(
                             path=path, error=f"cannot read local source: {exc}"
                         )
+                        continue
+                    if len(data) == source.size:
+                        packer.add(index, encoded, data)
+                    else:
+                        error = f"upload to {path!r}: {_changed_size(source.size, len(data))}"
+                        results[index] = FileUploadResponse(path=path, error=error)
                     continue
                 try:
-                    yield from self._op_stage(encoded, source.stream, True, tally)
+                    yield from self._op_stage(encoded, source.stream, True, tally, source.size)
                     results[index] = FileUploadResponse(path=path)
                 except errors.SandboxError as exc:
                     results[index] = FileUploadResponse(path=path, error=transfer_error(exc))

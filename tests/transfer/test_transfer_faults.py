@@ -3,16 +3,18 @@ no staging or partial files left, and the failure reported."""
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
 import pytest
 
 from sandbox_sdk import errors, transfer
+from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
-from sandbox_sdk.testing.faults import FAULTS_BEFORE_RUNNING, Fault
+from sandbox_sdk.testing.faults import FAULTS_BEFORE_RUNNING, Fault, LimitedSandbox
 
-from .transfer_helpers import faulty, leftovers
+from .transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES, faulty, leftovers
 
 OLD = b"the previous content, which must survive a failed upload\n"
 
@@ -146,3 +148,63 @@ def test_fault_while_uploading_a_directory(
             faulty(local, fault, fail_at).upload_dir(tree, f"copy{fail_at}")
         assert leftovers(root) == []
         assert list(archives.iterdir()) == [], f"call {fail_at}: the staged archive was left behind"
+
+
+class _ChangingSource(LimitedSandbox):
+    """Cuts (or extends) a local file while its upload is under way: during
+    the first ``execute()``, after the size was taken."""
+
+    def __init__(self, inner: LocalSandbox, source: Path, new_size: int) -> None:
+        super().__init__(inner, max_command_bytes=SMALL_COMMAND_BYTES, max_output_bytes=SMALL_OUTPUT_BYTES)
+        self.source = source
+        self.new_size = new_size
+
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        if self._count() == 1:
+            with self.source.open("r+b") as f:
+                f.truncate(self.new_size)
+        return self._run(command, timeout)
+
+
+class _MisreportedSize(io.BytesIO):
+    """A stream whose end is not where seeking says: a file that changed
+    between the moment its size was taken and the moment it was read."""
+
+    def __init__(self, data: bytes, claimed: int) -> None:
+        super().__init__(data)
+        self.claimed = claimed
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        position = super().seek(offset, whence)
+        return self.claimed if whence == io.SEEK_END else position
+
+
+@pytest.mark.parametrize("change", ["shrank", "grew"])
+def test_a_local_source_that_changes_size_mid_upload_is_an_error_not_a_torn_file(
+    local: LocalSandbox, root: Path, tmp_path: Path, change: str
+) -> None:
+    source = tmp_path / "source.bin"
+    source.write_bytes(os.urandom(40_000))  # staged: several chunks
+    (root / "dest.bin").write_bytes(OLD)
+    sandbox = _ChangingSource(local, source, 20_000 if change == "shrank" else 80_000)
+    [response] = sandbox.upload_files([("dest.bin", source)])
+    assert response.error is not None
+    assert f"local source {change}" in response.error
+    assert (root / "dest.bin").read_bytes() == OLD
+    assert leftovers(root) == []
+
+
+@pytest.mark.parametrize(("change", "actual"), [("shrank", 500), ("grew", 2_000)])
+def test_a_packed_source_that_changed_size_is_reported_alone(
+    local: LocalSandbox, root: Path, change: str, actual: int
+) -> None:
+    (root / "dest.bin").write_bytes(OLD)
+    sandbox = faulty(local, Fault.RAISE, None)
+    responses = sandbox.upload_files(
+        [("dest.bin", _MisreportedSize(os.urandom(actual), 1_000)), ("other.bin", b"fine")]
+    )
+    assert responses[0].error is not None
+    assert f"local source {change}" in responses[0].error
+    assert responses[1].error is None
+    assert (root / "dest.bin").read_bytes() == OLD
+    assert (root / "other.bin").read_bytes() == b"fine"
