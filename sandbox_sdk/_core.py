@@ -221,6 +221,11 @@ class SandboxCore(ABC):
         return self._decode(call, nonce, response)
 
     async def _ainvoke(self, call: Call) -> Any:
+        if type(self).aexecute is SandboxCore.aexecute:
+            # No native async client: the whole round trip, building the
+            # command and decoding the reply included, runs in the worker
+            # thread, so megabytes of base64 never stall the event loop.
+            return await anyio.to_thread.run_sync(self._invoke, call)
         command, nonce = self._prepare(call)
         try:
             response = await self.aexecute(command, timeout=self._timeout(call))
