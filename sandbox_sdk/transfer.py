@@ -68,6 +68,20 @@ _ERROR_CODES: dict[type[errors.SandboxError], str] = {
 }
 
 
+#: Errors a staged upload's commit reports when it refused, having changed
+#: nothing; after any other failure the client asks whether it landed.
+_COMMIT_REFUSED = (
+    errors.IntegrityError,
+    errors.SandboxFileNotFoundError,
+    errors.SandboxIsADirectoryError,
+    errors.SandboxNotADirectoryError,
+    errors.SandboxPermissionError,
+    errors.SandboxFileExistsError,
+    errors.InvalidPathError,
+    errors.InvalidArgumentError,
+)
+
+
 def transfer_error(exc: BaseException) -> str:
     """The per-file error string of a transfer response for ``exc``."""
     for kind, code in _ERROR_CODES.items():
@@ -219,7 +233,15 @@ class TransferMethods(SandboxCore):
 
                 yield Pipeline(middle(), count, self._window(capacity))
                 [data] = held_back
-            count((yield call(data, True)))
+            commit = call(data, True)
+            try:
+                reply = yield commit
+            except errors.SandboxError as exc:
+                # The reply is lost, not necessarily the commit: ask.
+                if isinstance(exc, _COMMIT_REFUSED) or not (yield from self._op_landed(commit.args)):
+                    raise
+                reply = None
+            count(reply)
             return sent
         except BaseException as exc:
             if can_clean_up(exc):
@@ -231,6 +253,17 @@ class TransferMethods(SandboxCore):
                         timeout=CLEANUP_TIMEOUT,
                     )
             raise
+
+    def _op_landed(self, commit: dict[str, Any]) -> Operation[bool]:
+        """Whether the commit call ``commit`` (its arguments) took effect
+        although its reply was lost; ``False`` if that cannot be told."""
+        final = commit["final"]
+        args = {"op": "landed", "path": commit["path"], "token": commit["token"], **final}
+        try:
+            value, _ = yield Call("write", args, what="check a commit", timeout=CLEANUP_TIMEOUT)
+        except errors.SandboxError:
+            return False
+        return value["landed"] is True
 
     def _op_discard(self, paths: Sequence[str]) -> Operation[None]:
         """Best-effort removal of staged files (payload-encoded paths) that a

@@ -15,6 +15,7 @@ from sandbox_sdk.remote._runtime import (
     commit,
     describe,
     make_parents,
+    open_regular,
     path_arg,
     remove_quietly,
     resolve_target,
@@ -111,6 +112,22 @@ def verify(tmp: bytes, size: int, sha256: str) -> None:
         raise Fail("INTEGRITY", "SHA-256 of the staged file does not match what was sent", tmp)
 
 
+def landed(args: Args, blobs: Blobs) -> Result:
+    """Whether a staged upload whose final reply was lost did commit: its
+    staging file is gone and the destination holds exactly the staged bytes."""
+    dest = resolve_target(path_arg(args))
+    if os.path.lexists(temp_name(dest, args["token"])):
+        return {"landed": False}, []
+    try:
+        with open_regular(dest) as f:
+            if os.fstat(f.fileno()).st_size != args["size"]:
+                return {"landed": False}, []
+            digest = sha256_hex(iter(lambda: f.read(HASH_BLOCK), b""))
+    except (OSError, Fail):
+        return {"landed": False}, []
+    return {"landed": digest == args["sha256"]}, []
+
+
 def abort(args: Args, blobs: Blobs) -> Result:
     """Remove a staging file left by a failed transfer (a no-op if it is gone)."""
     dest = resolve_target(path_arg(args))
@@ -118,4 +135,4 @@ def abort(args: Args, blobs: Blobs) -> Result:
     return {}, []
 
 
-OPS = {"write": write, "put_many": put_many, "stage": stage, "abort": abort}
+OPS = {"write": write, "put_many": put_many, "stage": stage, "landed": landed, "abort": abort}
