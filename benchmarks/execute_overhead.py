@@ -3,7 +3,9 @@ unisolated local provider, measured in the same run on the same machine.
 
 Run: ``.venv/bin/python -m benchmarks.execute_overhead [rounds]``. The two
 providers alternate round by round, so drift in machine load hits both
-alike. Also times ``stat`` (a file operation: one ``python3`` run inside).
+alike. Also times ``stat`` (a file operation: one ``python3`` script run
+inside) against a bare ``python3 -I -S -c pass``, the floor of any such
+operation, in the same run.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ WARMUP = 10
 def measure(sandboxes: dict[str, BaseSandbox], rounds: int) -> dict[tuple[str, str], list[float]]:
     operations: dict[str, Callable[[BaseSandbox], object]] = {
         'execute("true")': lambda sandbox: sandbox.execute("true"),
+        "python3 -I -S -c pass": lambda sandbox: sandbox.execute("python3 -I -S -c pass"),
         "stat": lambda sandbox: sandbox.stat("."),
     }
     samples: dict[tuple[str, str], list[float]] = {}

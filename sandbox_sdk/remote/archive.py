@@ -91,7 +91,8 @@ def member_name(member: tarfile.TarInfo) -> str:
 def resolve_link(root: str, links: Set[str], start: List[str], member: tarfile.TarInfo) -> None:
     """Walk a link target from ``start`` (a symlink's directory; the archive
     root for a hard link): it may not leave ``root``, nor pass through a
-    symlink member (whose target is not on disk yet to be checked)."""
+    symlink member (whose target is not on disk yet to be checked), nor
+    leave through a symlink already on disk (``d/..`` with ``d`` one)."""
     target = member.linkname
     if not target or target.startswith("/") or os.path.isabs(target):
         raise Fail("INVALID_PATH", "link member has an absolute or empty target: %r" % member.name)
@@ -106,8 +107,11 @@ def resolve_link(root: str, links: Set[str], start: List[str], member: tarfile.T
         stack.append(part)
         if index < len(parts) - 1 and "/".join(stack) in links:
             raise Fail("INVALID_PATH", "link member points through a symlink member: %r" % member.name)
-    if not inside(root, os.path.realpath(os.path.join(root, *stack))):
-        raise Fail("INVALID_PATH", "link member points outside the target: %r" % member.name)
+    # By name, then as the kernel would follow it: realpath resolves each
+    # component in turn, so ``..`` after an existing symlink leaves from its target.
+    for path in (os.path.join(root, *stack), os.path.join(root, *start, target)):
+        if not inside(root, os.path.realpath(path)):
+            raise Fail("INVALID_PATH", "link member points outside the target: %r" % member.name)
 
 
 def extract(args: Args, blobs: Blobs) -> Result:

@@ -238,6 +238,26 @@ def test_download_dir_refuses_writing_through_an_existing_local_symlink(
     assert list(outside.iterdir()) == []
 
 
+def test_download_dir_refuses_a_link_leaving_through_an_existing_local_symlink(
+    local: LocalSandbox, tmp_path: Path, archives: Path, client_python: str
+) -> None:
+    """``x -> d/..`` stays inside by name, but ``d`` is already a symlink on the
+    client's disk: followed, ``x`` would point out of the target."""
+    outside = tmp_path / "outside" / "inner"
+    outside.mkdir(parents=True)
+    target = tmp_path / "back"
+    target.mkdir()
+    (target / "d").symlink_to(outside)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        _member(tar, "x", link="d/..")
+    (local.root_dir / "tree").mkdir()
+    sandbox = TamperingSandbox(local, archives, buffer.getvalue())
+    with pytest.raises(errors.InvalidPathError):
+        sandbox.download_dir("tree", target)
+    assert sorted(p.name for p in target.iterdir()) == ["d"]
+
+
 def _extract_in_sandbox(sandbox: LimitedSandbox, archive: bytes, target: str) -> None:
     staged = "/".join([str(sandbox.inner.root_dir), "staged.tar"])  # type: ignore[attr-defined]
     sandbox.upload_files([(staged, archive)])
