@@ -314,8 +314,10 @@ class TransferMethods(SandboxCore):
 
         take(first)
         starts = range(capacity, size, capacity)
-        calls = (Call("get", {**args, "offset": at, "digest": at == starts[-1]}, what=what) for at in starts)
-        yield Pipeline(calls, consume, self._window(capacity))
+        if starts:
+            last = starts[-1]
+            calls = (Call("get", {**args, "offset": at, "digest": at == last}, what=what) for at in starts)
+            yield Pipeline(calls, consume, self._window(capacity))
         if received != size or expected != [digest.hexdigest()]:
             raise errors.IntegrityError(
                 f"{what}: the file changed while it was being read (or was corrupted)"

@@ -173,3 +173,25 @@ def test_errors_subclass_builtins() -> None:
     assert issubclass(errors.SandboxFileExistsError, FileExistsError)
     for kind in protocol.ERROR_TYPES.values():
         assert issubclass(kind, errors.SandboxError)
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 786_431, 786_432, 786_433, 3 * 786_432 + 2])
+def test_frame_fields_decode_across_piece_boundaries(size: int) -> None:
+    """Long fields are decoded piece by piece (1 MiB of text at a time)."""
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    text = base64.b64encode(data).decode()
+    output = f"noise\n{protocol.FRAME_MARKER} n0nce {base64.b64encode(b'{}').decode()} {text}\n"
+    assert protocol._find_frame(output, "n0nce") == ({}, [data])
+
+
+@pytest.mark.parametrize("damage", ["bad character", "cut", "padding inside"])
+def test_a_damaged_long_field_is_no_frame(damage: str) -> None:
+    text = base64.b64encode(bytes(2_000_000)).decode()
+    middle = len(text) // 2
+    damaged = {
+        "bad character": text[:middle] + "*" + text[middle + 1 :],
+        "cut": text[:-1],
+        "padding inside": text[:1_048_576] + "AA==" + text[1_048_580:],
+    }[damage]
+    output = f"{protocol.FRAME_MARKER} n0nce {base64.b64encode(b'{}').decode()} {damaged}\n"
+    assert protocol._find_frame(output, "n0nce") is None
