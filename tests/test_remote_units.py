@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
-from sandbox_sdk.remote import read, search
+from sandbox_sdk.remote import _runtime, read, search
 
 
 @pytest.mark.parametrize(
@@ -46,3 +48,17 @@ def test_cut_utf8_never_splits_a_character() -> None:
         assert line.startswith(cut)
         cut.decode("utf-8")
         assert len(cut) >= size - 3
+
+
+@pytest.mark.parametrize("data", [b"", b"a", b"ab", b"abc", bytes(range(256))])
+def test_unb64_round_trips(data: bytes) -> None:
+    text = base64.b64encode(data).decode()
+    assert _runtime.unb64(text) == data
+    assert _runtime.unb64(text.encode()) == data
+
+
+@pytest.mark.parametrize("text", ["YQ", "YQ=", "Y*==", "YQ==YQ==", "Y=Q=", "YWJj\n", "YW Jj", "é==="])
+def test_unb64_is_strict(text: str) -> None:
+    """Even where ``binascii`` would skip stray characters (before Python 3.11)."""
+    with pytest.raises(ValueError):
+        _runtime.unb64(text)
