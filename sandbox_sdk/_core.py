@@ -47,6 +47,7 @@ class Call:
     raw_command: str | None = None
     passthrough: bool = False  # the reply is the command's own ExecuteResponse (``run``)
     timeout: float | None = None
+    lazy_blobs: bool = False  # the reply's blobs are ``protocol.LazyBlob`` s
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,15 @@ class Pipeline:
     a pipeline returns ``None`` once every reply is consumed. The first failure
     (of a call, of ``consume``, or of drawing the next call) is raised into the
     operation only after the calls still in flight have finished, so its
-    clean-up never races them."""
+    clean-up never races them.
+
+    ``meanwhile`` is work the client can do while the first calls run: it is
+    called once they are under way, before any reply is consumed."""
 
     calls: Iterable[Call]
     consume: Callable[[Any], None]
     window: int = 1
+    meanwhile: Callable[[], None] = lambda: None
 
 
 Request = Call | Pipeline
@@ -202,7 +207,7 @@ class SandboxCore(ABC):
             return response
         if call.passthrough:
             return protocol.passthrough_result(response, nonce, call.what)
-        return protocol.parse_result(response, nonce, call.what)
+        return protocol.parse_result(response, nonce, call.what, lazy_blobs=call.lazy_blobs)
 
     @staticmethod
     def _provider_failure(call: Call, exc: Exception) -> errors.SandboxError:
@@ -262,20 +267,30 @@ class SandboxCore(ABC):
         interruption at once; calls already running finish in the background."""
         calls = iter(pipeline.calls)
         if pipeline.window <= 1:
+            pipeline.meanwhile()
             for call in calls:
                 pipeline.consume(self._invoke(call))
             return
         pool = ThreadPoolExecutor(pipeline.window, thread_name_prefix="sandbox-sdk")
         in_flight: deque[Future[Any]] = deque()
+        meanwhile = [pipeline.meanwhile]  # done before the first wait
+
+        def consume_next() -> None:
+            if meanwhile:
+                meanwhile.pop()()
+            pipeline.consume(in_flight.popleft().result())
+
         try:
             for call in calls:
                 if len(in_flight) == pipeline.window:
-                    pipeline.consume(in_flight.popleft().result())
+                    consume_next()
                 if any(future.done() and future.exception() for future in in_flight):
                     break  # send nothing more; the failure is raised in call order below
                 in_flight.append(pool.submit(self._invoke, call))
             while in_flight:
-                pipeline.consume(in_flight.popleft().result())
+                consume_next()
+            if meanwhile:  # there were no calls
+                meanwhile.pop()()
         except Exception:
             wait(in_flight)
             raise
@@ -310,18 +325,28 @@ class SandboxCore(ABC):
         """Keep the window full with tasks; a cancellation cancels the calls in flight."""
         in_flight: deque[_PendingReply] = deque()
         failure: Exception | None = None
+        meanwhile = [pipeline.meanwhile]  # done before the first wait
+
+        async def consume_next() -> None:
+            if meanwhile:
+                await anyio.sleep(0)  # let the calls just started get under way
+                meanwhile.pop()()
+            pipeline.consume(await in_flight.popleft().get())
+
         async with anyio.create_task_group() as group:
             try:
                 for call in pipeline.calls:
                     if len(in_flight) == max(1, pipeline.window):
-                        pipeline.consume(await in_flight.popleft().get())
+                        await consume_next()
                     if any(pending.failed for pending in in_flight):
                         break  # send nothing more; the failure is raised in call order below
                     pending = _PendingReply()
                     group.start_soon(pending.fill, self._ainvoke, call)
                     in_flight.append(pending)
                 while in_flight:
-                    pipeline.consume(await in_flight.popleft().get())
+                    await consume_next()
+                if meanwhile:  # there were no calls
+                    meanwhile.pop()()
             except Exception as exc:  # noqa: BLE001 - raised once the calls in flight are done
                 failure = exc
         if failure is not None:

@@ -25,6 +25,7 @@ import os
 import secrets
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import IntEnum
 from functools import cache
 from importlib import resources
@@ -198,22 +199,49 @@ def blob_capacity(budget: int) -> int:
     return max(0, budget // 4 * 3)
 
 
-def parse_result(response: ExecuteResponse, nonce: str, what: str) -> tuple[Any, list[bytes | bytearray]]:
-    """Turn a script's output and exit code into its value and blobs, or raise."""
+def parse_result(
+    response: ExecuteResponse, nonce: str, what: str, *, lazy_blobs: bool = False
+) -> tuple[Any, list[Any]]:
+    """Turn a script's output and exit code into its value and blobs, or raise.
+
+    Blobs are ``bytes`` (a large one a ``bytearray``), or with ``lazy_blobs``
+    :class:`LazyBlob` s, decoded when the caller is ready for them."""
     if response.timed_out:
         raise errors.SandboxTimeoutError(f"{what} timed out")
     frame = _find_frame(response.output, nonce)
     if frame is None:
         raise _no_frame_error(response, nonce, what)
-    body, blobs = frame
+    body, spans = frame
     if body.get("ok") is True and response.exit_code == ExitCode.OK:
-        return body.get("value"), blobs
+        if lazy_blobs:
+            return body.get("value"), [LazyBlob(response.output, *span, what=what) for span in spans]
+        try:
+            return body.get("value"), [_decode_field(response.output, *span) for span in spans]
+        except (ValueError, binascii.Error):
+            raise _no_frame_error(response, nonce, what) from None
     error = body.get("error")
     if not isinstance(error, dict) or error.get("code") != response.exit_code:
         raise errors.SandboxRuntimeError(
             f"{what}: result frame and exit code {response.exit_code} disagree (was the script killed?)"
         )
     raise error_from(error, what)
+
+
+@dataclass(frozen=True)
+class LazyBlob:
+    """A blob of a result frame, still base64 in the output: decoding a chunk
+    of megabytes can wait until the next round trip is under way."""
+
+    output: str
+    start: int
+    stop: int
+    what: str
+
+    def decode(self) -> bytes | bytearray:
+        try:
+            return _decode_field(self.output, self.start, self.stop)
+        except (ValueError, binascii.Error):
+            raise errors.SandboxRuntimeError(f"{self.what}: a result blob does not decode") from None
 
 
 def passthrough_result(response: ExecuteResponse, nonce: str, what: str) -> ExecuteResponse:
@@ -246,7 +274,8 @@ def error_from(error: dict[str, Any], what: str) -> errors.SandboxError:
     return ERROR_TYPES[code](text, path=path)
 
 
-def _find_frame(output: str, nonce: str) -> tuple[dict[str, Any], list[bytes | bytearray]] | None:
+def _find_frame(output: str, nonce: str) -> tuple[dict[str, Any], list[tuple[int, int]]] | None:
+    """The frame's decoded JSON body and where its blobs' base64 lies in ``output``."""
     prefix = f"{FRAME_MARKER} {nonce} "
     start = output.rfind(prefix)
     if start < 0 or (start > 0 and output[start - 1] != "\n"):
@@ -254,21 +283,18 @@ def _find_frame(output: str, nonce: str) -> tuple[dict[str, Any], list[bytes | b
     end = output.find("\n", start)
     if end < 0:  # no closing newline: the frame was cut (and a cut can still decode)
         return None
-    fields: list[bytes | bytearray] = []
+    spans: list[tuple[int, int]] = []
     at = start + len(prefix)
     while at <= end:
         space = output.find(" ", at, end)
         stop = end if space < 0 else space
-        try:
-            fields.append(_decode_field(output, at, stop))
-        except (ValueError, binascii.Error):
-            return None
+        spans.append((at, stop))
         at = stop + 1
     try:
-        body = json.loads(fields[0])
-    except ValueError:
+        body = json.loads(_decode_field(output, *spans[0]))
+    except (ValueError, binascii.Error):
         return None
-    return (body, fields[1:]) if isinstance(body, dict) else None
+    return (body, spans[1:]) if isinstance(body, dict) else None
 
 
 #: Fields longer than this are decoded piece by piece, straight from the output.

@@ -283,12 +283,15 @@ class TransferMethods(SandboxCore):
         """Copy a remote file into ``sink`` in output-sized chunks, pipelined,
         verified against the SHA-256 the sandbox computes of the whole file.
 
-        The first call learns the size. A file that fits in it comes with the
-        SHA-256 of what was read; otherwise the last chunk's call hashes the
-        whole file, while the client is still taking in the chunks before it."""
+        The first call learns the size; its chunk is decoded and taken in
+        once the next calls are under way. A file that fits in it comes with
+        the SHA-256 of what was read; otherwise the last chunk's call hashes
+        the whole file, while the client is still taking in the chunks before it."""
         capacity = self._result_budget()
         args = {"op": "read_chunk", "path": path, "length": capacity}
-        value, (first,) = yield Call("get", {**args, "offset": 0, "max_size": max_size}, what=what)
+        value, (first,) = yield Call(
+            "get", {**args, "offset": 0, "max_size": max_size}, what=what, lazy_blobs=True
+        )
         size: int = value["size"]
         if tally:
             tally.total += size
@@ -312,12 +315,13 @@ class TransferMethods(SandboxCore):
             if "sha256" in chunk_value:
                 expected.append(chunk_value["sha256"])
 
-        take(first)
         starts = range(capacity, size, capacity)
         if starts:
             last = starts[-1]
             calls = (Call("get", {**args, "offset": at, "digest": at == last}, what=what) for at in starts)
-            yield Pipeline(calls, consume, self._window(capacity))
+            yield Pipeline(calls, consume, self._window(capacity), meanwhile=lambda: take(first.decode()))
+        else:
+            take(first.decode())
         if received != size or expected != [digest.hexdigest()]:
             raise errors.IntegrityError(
                 f"{what}: the file changed while it was being read (or was corrupted)"

@@ -175,13 +175,19 @@ def test_errors_subclass_builtins() -> None:
         assert issubclass(kind, errors.SandboxError)
 
 
+OK_BODY = base64.b64encode(b'{"ok":true}').decode()
+
+
 @pytest.mark.parametrize("size", [0, 1, 2, 3, 786_431, 786_432, 786_433, 3 * 786_432 + 2])
 def test_frame_fields_decode_across_piece_boundaries(size: int) -> None:
     """Long fields are decoded piece by piece (1 MiB of text at a time)."""
     data = bytes(range(256)) * (size // 256) + bytes(size % 256)
     text = base64.b64encode(data).decode()
-    output = f"noise\n{protocol.FRAME_MARKER} n0nce {base64.b64encode(b'{}').decode()} {text}\n"
-    assert protocol._find_frame(output, "n0nce") == ({}, [data])
+    output = f"noise\n{protocol.FRAME_MARKER} n0nce {OK_BODY} {text}\n"
+    response = ExecuteResponse(output=output, exit_code=0)
+    assert protocol.parse_result(response, "n0nce", "test") == (None, [data])
+    _, [lazy] = protocol.parse_result(response, "n0nce", "test", lazy_blobs=True)
+    assert lazy.decode() == data
 
 
 @pytest.mark.parametrize("damage", ["bad character", "cut", "padding inside"])
@@ -193,5 +199,9 @@ def test_a_damaged_long_field_is_no_frame(damage: str) -> None:
         "cut": text[:-1],
         "padding inside": text[:1_048_576] + "AA==" + text[1_048_580:],
     }[damage]
-    output = f"{protocol.FRAME_MARKER} n0nce {base64.b64encode(b'{}').decode()} {damaged}\n"
-    assert protocol._find_frame(output, "n0nce") is None
+    response = ExecuteResponse(output=f"{protocol.FRAME_MARKER} n0nce {OK_BODY} {damaged}\n", exit_code=0)
+    with pytest.raises(errors.SandboxRuntimeError, match="produced no result"):
+        protocol.parse_result(response, "n0nce", "test")
+    _, [lazy] = protocol.parse_result(response, "n0nce", "test", lazy_blobs=True)
+    with pytest.raises(errors.SandboxRuntimeError, match="does not decode"):
+        lazy.decode()
