@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import json
+import sys
 
 import pytest
 
@@ -62,3 +64,40 @@ def test_unb64_is_strict(text: str) -> None:
     """Even where ``binascii`` would skip stray characters (before Python 3.11)."""
     with pytest.raises(ValueError):
         _runtime.unb64(text)
+
+
+JSON_VALUES: list[object] = [
+    {"ok": True, "value": {"path": "L3RtcA==", "size": 12, "mtime": 1732312345.123456, "mode": 420}},
+    {"ok": False, "error": {"code": 99, "message": 'é ☃ \\ " \n \t \x00 \udcff 🙂'}},
+    [[], {}, [1, [2, [3]]], None, True, False, 0, -1, 10**30, 0.1, -2.5e-300, 1e300],
+    "plain",
+]
+
+
+@pytest.mark.parametrize("value", JSON_VALUES)
+def test_the_json_codec_matches_json(value: object) -> None:
+    loads, dumps = _runtime.json_codec()
+    assert dumps(value) == json.dumps(value, separators=(",", ":"))
+    assert loads(dumps(value)) == value
+    assert loads(dumps(value).encode()) == value
+
+
+def test_the_json_codec_uses_the_accelerator_here() -> None:
+    loads, _ = _runtime.json_codec()
+    assert loads is not json.loads
+
+
+@pytest.mark.parametrize("text", ["", "{", '{"a":1}x', "{'a':1}", "[1,]", "nul"])
+def test_the_json_codec_refuses_what_json_refuses(text: str) -> None:
+    loads, _ = _runtime.json_codec()
+    with pytest.raises(ValueError):
+        json.loads(text)
+    with pytest.raises(ValueError):
+        loads(text)
+
+
+def test_the_json_codec_falls_back_to_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "_json", None)  # as on an implementation without it
+    loads, dumps = _runtime.json_codec()
+    assert loads is json.loads
+    assert dumps(JSON_VALUES[0]) == json.dumps(JSON_VALUES[0], separators=(",", ":"))
