@@ -63,8 +63,9 @@ class Pipeline:
     operation only after the calls still in flight have finished, so its
     clean-up never races them.
 
-    ``meanwhile`` is work the client can do while the first calls run: it is
-    called once they are under way, before any reply is consumed."""
+    ``meanwhile`` is work the client can do while the first call runs: it is
+    called once that call is under way (so its memory adds to one call's, not
+    the window's), before any reply is consumed."""
 
     calls: Iterable[Call]
     consume: Callable[[Any], None]
@@ -273,24 +274,20 @@ class SandboxCore(ABC):
             return
         pool = ThreadPoolExecutor(pipeline.window, thread_name_prefix="sandbox-sdk")
         in_flight: deque[Future[Any]] = deque()
-        meanwhile = [pipeline.meanwhile]  # done before the first wait
-
-        def consume_next() -> None:
-            if meanwhile:
-                meanwhile.pop()()
-            pipeline.consume(in_flight.popleft().result())
-
+        meanwhile = [pipeline.meanwhile]  # done once the first call is under way
         try:
             for call in calls:
                 if len(in_flight) == pipeline.window:
-                    consume_next()
+                    pipeline.consume(in_flight.popleft().result())
                 if any(future.done() and future.exception() for future in in_flight):
                     break  # send nothing more; the failure is raised in call order below
                 in_flight.append(pool.submit(self._invoke, call))
-            while in_flight:
-                consume_next()
+                if meanwhile:
+                    meanwhile.pop()()
             if meanwhile:  # there were no calls
                 meanwhile.pop()()
+            while in_flight:
+                pipeline.consume(in_flight.popleft().result())
         except Exception:
             wait(in_flight)
             raise
@@ -325,28 +322,24 @@ class SandboxCore(ABC):
         """Keep the window full with tasks; a cancellation cancels the calls in flight."""
         in_flight: deque[_PendingReply] = deque()
         failure: Exception | None = None
-        meanwhile = [pipeline.meanwhile]  # done before the first wait
-
-        async def consume_next() -> None:
-            if meanwhile:
-                await anyio.sleep(0)  # let the calls just started get under way
-                meanwhile.pop()()
-            pipeline.consume(await in_flight.popleft().get())
-
+        meanwhile = [pipeline.meanwhile]  # done once the first call is under way
         async with anyio.create_task_group() as group:
             try:
                 for call in pipeline.calls:
                     if len(in_flight) == max(1, pipeline.window):
-                        await consume_next()
+                        pipeline.consume(await in_flight.popleft().get())
                     if any(pending.failed for pending in in_flight):
                         break  # send nothing more; the failure is raised in call order below
                     pending = _PendingReply()
                     group.start_soon(pending.fill, self._ainvoke, call)
                     in_flight.append(pending)
-                while in_flight:
-                    await consume_next()
+                    if meanwhile:
+                        await anyio.sleep(0)  # let the call just started get under way
+                        meanwhile.pop()()
                 if meanwhile:  # there were no calls
                     meanwhile.pop()()
+                while in_flight:
+                    pipeline.consume(await in_flight.popleft().get())
             except Exception as exc:  # noqa: BLE001 - raised once the calls in flight are done
                 failure = exc
         if failure is not None:

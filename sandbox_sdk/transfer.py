@@ -315,13 +315,18 @@ class TransferMethods(SandboxCore):
             if "sha256" in chunk_value:
                 expected.append(chunk_value["sha256"])
 
+        def take_first() -> None:
+            nonlocal first
+            data, first = first.decode(), None  # frees the output it came in before the write
+            take(data)
+
         starts = range(capacity, size, capacity)
         if starts:
             last = starts[-1]
             calls = (Call("get", {**args, "offset": at, "digest": at == last}, what=what) for at in starts)
-            yield Pipeline(calls, consume, self._window(capacity), meanwhile=lambda: take(first.decode()))
+            yield Pipeline(calls, consume, self._window(capacity), meanwhile=take_first)
         else:
-            take(first.decode())
+            take_first()
         if received != size or expected != [digest.hexdigest()]:
             raise errors.IntegrityError(
                 f"{what}: the file changed while it was being read (or was corrupted)"
