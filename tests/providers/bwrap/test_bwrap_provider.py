@@ -19,14 +19,19 @@ class TestBwrapProvider(ProviderConformanceTests):
         yield BwrapProvider(tmp_path / "state")
 
 
+def one_sandbox(state_dir: Path) -> Iterator[BwrapSandbox]:
+    """A sandbox of a provider in ``state_dir``, deleted afterwards."""
+    provider = BwrapProvider(state_dir)
+    sandbox = provider.create()
+    yield sandbox
+    provider.delete(sandbox_id=sandbox.id)
+
+
 class TestBwrapSandbox(SandboxConformanceTests):
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BwrapSandbox]:
-        provider = BwrapProvider(tmp_path_factory.mktemp("bwrap-conformance"))
-        sandbox = provider.create()
-        yield sandbox
-        provider.delete(sandbox_id=sandbox.id)
+        yield from one_sandbox(tmp_path_factory.mktemp("bwrap-conformance"))
 
 
 class TestBwrapTransfers(TransferContractTests):
@@ -36,7 +41,4 @@ class TestBwrapTransfers(TransferContractTests):
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BwrapSandbox]:
-        provider = BwrapProvider(tmp_path_factory.mktemp("bwrap-transfers"))
-        sandbox = provider.create()
-        yield sandbox
-        provider.delete(sandbox_id=sandbox.id)
+        yield from one_sandbox(tmp_path_factory.mktemp("bwrap-transfers"))
