@@ -26,6 +26,8 @@ import os
 from pathlib import Path
 from typing import ClassVar
 
+import anyio
+import anyio.to_thread
 import pytest
 
 from sandbox_sdk.base import BaseSandbox
@@ -214,10 +216,11 @@ class TransferContractTests(SandboxSuite):
         files = [(self.p(workdir, f"f{i}"), data) for i, data in enumerate(HOSTILE_CONTENTS)]
         files.append((self.p(workdir, "large"), os.urandom(self.large_bytes)))
         files.append((workdir, b"onto a directory"))
-        sync_up = sandbox.upload_files(files)
+        # The sync twins run in a worker thread, as sync code must in an event loop.
+        sync_up = await anyio.to_thread.run_sync(sandbox.upload_files, files)
         assert await sandbox.aupload_files(files) == sync_up
         paths = [path for path, _ in files] + [self.p(workdir, "missing")]
-        sync_down = sandbox.download_files(paths)
+        sync_down = await anyio.to_thread.run_sync(sandbox.download_files, paths)
         async_down = await sandbox.adownload_files(paths)
         assert async_down == sync_down
         assert [r.content for r in async_down[: len(files) - 1]] == [data for _, data in files[:-1]]
