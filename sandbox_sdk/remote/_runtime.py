@@ -68,6 +68,7 @@ ERRNO_CODES = {
 
 FRAME_MARKER = "@@SANDBOX_SDK"
 NAME_MAX = 255
+HASH_BLOCK = 1 << 20
 B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
 
 
@@ -107,6 +108,11 @@ def sha256_hex(blocks: Iterable[bytes]) -> str:
     for block in blocks:
         digest.update(block)
     return digest.hexdigest()
+
+
+def file_sha256(f: BinaryIO) -> str:
+    """SHA-256 of what is left in ``f``, read a block at a time."""
+    return sha256_hex(iter(lambda: f.read(HASH_BLOCK), b""))
 
 
 def path_arg(args: Args, key: str = "path") -> bytes:

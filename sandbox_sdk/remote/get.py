@@ -10,6 +10,7 @@ from sandbox_sdk.remote._runtime import (
     as_failure,
     check_path,
     describe,
+    file_sha256,
     open_regular,
     sha256_hex,
     unb64,
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
 
     from sandbox_sdk.remote._runtime import Args, Blobs, Result
 
-HASH_BLOCK = 1 << 20
 #: What one item of a ``get_many`` result costs besides its data: its JSON
 #: (with a SHA-256) and separators, counted against the output budget.
 ITEM_BYTES = 128
@@ -48,7 +48,7 @@ def read_chunk(args: Args, blobs: Blobs) -> Result:
             info["sha256"] = sha256_hex([data])
         elif args.get("digest"):
             f.seek(0)
-            info["sha256"] = sha256_hex(iter(lambda: f.read(HASH_BLOCK), b""))
+            info["sha256"] = file_sha256(f)
     return info, [data]
 
 

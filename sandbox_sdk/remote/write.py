@@ -14,6 +14,7 @@ from sandbox_sdk.remote._runtime import (
     check_path,
     commit,
     describe,
+    file_sha256,
     make_parents,
     open_regular,
     path_arg,
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
     from typing import Any, Dict, List
 
     from sandbox_sdk.remote._runtime import Args, Blobs, Result
-
-HASH_BLOCK = 1 << 20
 
 
 def put(dest: bytes, data: bytes, overwrite: bool, token: str) -> None:
@@ -102,14 +101,14 @@ def stage(args: Args, blobs: Blobs) -> Result:
     return {"size": offset + len(blobs[0])}, []
 
 
-def verify(tmp: bytes, size: int, sha256: str) -> None:
-    actual = os.stat(tmp).st_size
-    if actual != size:
-        raise Fail("INTEGRITY", "staged %d bytes, expected %d" % (actual, size), tmp)
-    with open(tmp, "rb") as f:
-        actual_sha256 = sha256_hex(iter(lambda: f.read(HASH_BLOCK), b""))
-    if actual_sha256 != sha256:
-        raise Fail("INTEGRITY", "SHA-256 of the staged file does not match what was sent", tmp)
+def verify(path: bytes, size: int, sha256: str) -> None:
+    """Fail unless the regular file ``path`` holds ``size`` bytes with this SHA-256."""
+    with open_regular(path) as f:
+        actual = os.fstat(f.fileno()).st_size
+        if actual != size:
+            raise Fail("INTEGRITY", "staged %d bytes, expected %d" % (actual, size), path)
+        if file_sha256(f) != sha256:
+            raise Fail("INTEGRITY", "SHA-256 of the staged file does not match what was sent", path)
 
 
 def landed(args: Args, blobs: Blobs) -> Result:
@@ -119,13 +118,10 @@ def landed(args: Args, blobs: Blobs) -> Result:
     if os.path.lexists(temp_name(dest, args["token"])):
         return {"landed": False}, []
     try:
-        with open_regular(dest) as f:
-            if os.fstat(f.fileno()).st_size != args["size"]:
-                return {"landed": False}, []
-            digest = sha256_hex(iter(lambda: f.read(HASH_BLOCK), b""))
+        verify(dest, args["size"], args["sha256"])
     except (OSError, Fail):
         return {"landed": False}, []
-    return {"landed": digest == args["sha256"]}, []
+    return {"landed": True}, []
 
 
 def abort(args: Args, blobs: Blobs) -> Result:
