@@ -187,10 +187,10 @@ class SandboxCore(ABC):
         if call.raw_command is not None:
             return call.raw_command, ""
         command, nonce = protocol.build_command(call.module, call.args, call.blobs)
-        size = len(command) if command.isascii() else len(command.encode("utf-8"))  # no copy if ASCII
+        size = protocol.command_bytes(command)
         if size > self.max_command_bytes:
             raise errors.SandboxRuntimeError(
-                f"{call.what}: command of {len(command)} bytes exceeds max_command_bytes="
+                f"{call.what}: command of {size} bytes exceeds max_command_bytes="
                 f"{self.max_command_bytes} (please report: operations should stage large data)"
             )
         return command, nonce

@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 
 from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.protocol import command_bytes
 
 #: Commands up to this size go to ``bash -c`` as one argument (Linux caps one
 #: argument at 128 KiB); larger ones are handed over in an in-memory file.
@@ -124,11 +125,11 @@ def bash_script(command: str) -> Iterator[tuple[str, tuple[int, ...]]]:
     """What to pass to ``bash -c`` for ``command``, and the descriptors the
     child must inherit.
 
-    A command longer than one argument may be is written to an anonymous
+    A command too long to be one argument is written to an anonymous
     in-memory file that bash sources; ``.`` reads the whole file before
     running any of it, so its first statement closes the descriptor and
     nothing the command starts inherits it."""
-    if (len(command) if command.isascii() else len(command.encode("utf-8"))) <= ARGV_COMMAND_BYTES:
+    if command_bytes(command) <= ARGV_COMMAND_BYTES:
         yield command, ()
         return
     fd = os.memfd_create("sandbox-command") if hasattr(os, "memfd_create") else _unlinked_temp_file()

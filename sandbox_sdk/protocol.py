@@ -81,6 +81,12 @@ ERROR_TYPES: dict[ExitCode, type[errors.SandboxError]] = {
 }
 
 
+def command_bytes(command: str) -> int:
+    """The size of ``command`` in UTF-8, without encoding it when it is ASCII
+    (a command of megabytes is not copied just to be measured)."""
+    return len(command) if command.isascii() else len(command.encode("utf-8"))
+
+
 def encode_path(path: str | bytes | os.PathLike[str]) -> str:
     """A path for the payload: its raw bytes (``os.fsencode``), base64."""
     return base64.b64encode(os.fsencode(path)).decode("ascii")
