@@ -274,7 +274,7 @@ class SandboxCore(ABC):
             return
         pool = ThreadPoolExecutor(pipeline.window, thread_name_prefix="sandbox-sdk")
         in_flight: deque[Future[Any]] = deque()
-        meanwhile = [pipeline.meanwhile]  # done once the first call is under way
+        meanwhile_done = False  # it is done once the first call is under way
         try:
             for call in calls:
                 if len(in_flight) == pipeline.window:
@@ -282,10 +282,11 @@ class SandboxCore(ABC):
                 if any(future.done() and future.exception() for future in in_flight):
                     break  # send nothing more; the failure is raised in call order below
                 in_flight.append(pool.submit(self._invoke, call))
-                if meanwhile:
-                    meanwhile.pop()()
-            if meanwhile:  # there were no calls
-                meanwhile.pop()()
+                if not meanwhile_done:
+                    meanwhile_done = True
+                    pipeline.meanwhile()
+            if not meanwhile_done:  # there were no calls
+                pipeline.meanwhile()
             while in_flight:
                 pipeline.consume(in_flight.popleft().result())
         except Exception:
@@ -322,7 +323,7 @@ class SandboxCore(ABC):
         """Keep the window full with tasks; a cancellation cancels the calls in flight."""
         in_flight: deque[_PendingReply] = deque()
         failure: Exception | None = None
-        meanwhile = [pipeline.meanwhile]  # done once the first call is under way
+        meanwhile_done = False  # it is done once the first call is under way
         async with anyio.create_task_group() as group:
             try:
                 for call in pipeline.calls:
@@ -333,11 +334,12 @@ class SandboxCore(ABC):
                     pending = _PendingReply()
                     group.start_soon(pending.fill, self._ainvoke, call)
                     in_flight.append(pending)
-                    if meanwhile:
+                    if not meanwhile_done:
+                        meanwhile_done = True
                         await anyio.sleep(0)  # let the call just started get under way
-                        meanwhile.pop()()
-                if meanwhile:  # there were no calls
-                    meanwhile.pop()()
+                        pipeline.meanwhile()
+                if not meanwhile_done:  # there were no calls
+                    pipeline.meanwhile()
                 while in_flight:
                     pipeline.consume(await in_flight.popleft().get())
             except Exception as exc:  # noqa: BLE001 - raised once the calls in flight are done
