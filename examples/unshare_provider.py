@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sandbox_sdk import BaseSandbox, ExecuteResponse, SandboxInfo, SandboxNotFoundError, SandboxPage
-from sandbox_sdk._process import run_process
 from sandbox_sdk.provider import SandboxProvider, labels_match
+from sandbox_sdk.provider_kit.host_process import run_process
 
 
 class UnshareSandbox(BaseSandbox):

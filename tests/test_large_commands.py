@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_sdk._process import ARGV_COMMAND_BYTES
 from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.provider_kit.host_process import ARGV_COMMAND_BYTES
 from sandbox_sdk.providers.bwrap import BwrapProvider, BwrapSandbox
 from sandbox_sdk.providers.local import LocalSandbox
 

@@ -1,4 +1,5 @@
-"""``providers/`` imports as ``sandbox_sdk.providers`` from a wheel and from the editable install."""
+"""The ``src/`` layout: one package, ``sandbox_sdk`` with its ``providers``, in the wheel
+and in the editable install."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ PROBE = (
 
 
 @pytest.mark.slow
-def test_wheel_maps_providers_into_the_package(tmp_path: Path) -> None:
+def test_wheel_holds_one_package(tmp_path: Path) -> None:
     subprocess.run(
         [
             sys.executable,
@@ -39,7 +40,7 @@ def test_wheel_maps_providers_into_the_package(tmp_path: Path) -> None:
     assert "sandbox_sdk/providers/local/__init__.py" in names
     assert "sandbox_sdk/remote/_runtime.py" in names
     assert "sandbox_sdk/py.typed" in names
-    assert not any(name.startswith("providers/") for name in names)
+    assert all(name.startswith(("sandbox_sdk/", "sandbox_sdk-")) for name in names)
     unpacked = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(unpacked)
     done = subprocess.run(
@@ -57,5 +58,5 @@ def test_installed_package_resolves_providers_outside_the_tree(tmp_path: Path) -
         [sys.executable, "-c", PROBE], check=True, capture_output=True, text=True, cwd=tmp_path
     )
     local_init, remote_init = done.stdout.splitlines()
-    assert Path(local_init).resolve() == ROOT / "providers" / "local" / "__init__.py"
-    assert Path(remote_init).resolve() == ROOT / "sandbox_sdk" / "remote" / "__init__.py"
+    assert Path(local_init).resolve() == ROOT / "src" / "sandbox_sdk" / "providers" / "local" / "__init__.py"
+    assert Path(remote_init).resolve() == ROOT / "src" / "sandbox_sdk" / "remote" / "__init__.py"

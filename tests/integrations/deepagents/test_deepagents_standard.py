@@ -20,6 +20,7 @@ from langchain_tests.integration_tests import SandboxIntegrationTests
 
 from sandbox_sdk.integrations.deepagents import PROTOCOL_0_7, DeepAgentsBackend
 from sandbox_sdk.providers import bwrap
+from sandbox_sdk.providers.bwrap.sandbox import PATH as BWRAP_PATH
 from sandbox_sdk.providers.local import BASE_ENV, LocalSandbox
 
 # The suite runs ``python`` inside the sandbox, where only ``python3`` may exist.
@@ -86,7 +87,7 @@ class TestBwrapSandboxStandard(DeepAgentsStandardTests):
     @classmethod
     def sandbox(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DeepAgentsBackend]:
         provider = bwrap.BwrapProvider(
-            tmp_path_factory.mktemp("deepagents-bwrap"), env={"PATH": f"{BWRAP_ALIAS_DIR}:{bwrap.PATH}"}
+            tmp_path_factory.mktemp("deepagents-bwrap"), env={"PATH": f"{BWRAP_ALIAS_DIR}:{BWRAP_PATH}"}
         )
         sandbox = provider.create()
         try:

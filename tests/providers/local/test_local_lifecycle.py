@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from sandbox_sdk import errors, get_provider
-from sandbox_sdk._local_state import LocalStateProvider
+from sandbox_sdk.provider_kit.host_state import HostStateProvider
 from sandbox_sdk.providers.bwrap import BwrapProvider, ResourceLimits
 from sandbox_sdk.providers.local import LocalProvider
 
-PROVIDERS: dict[str, type[LocalStateProvider[Any]]] = {"local": LocalProvider, "bwrap": BwrapProvider}
+PROVIDERS: dict[str, type[HostStateProvider[Any]]] = {"local": LocalProvider, "bwrap": BwrapProvider}
 
 
 @pytest.fixture(params=sorted(PROVIDERS))
@@ -35,11 +35,11 @@ def state_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def provider(provider_name: str, state_dir: Path) -> LocalStateProvider[Any]:
+def provider(provider_name: str, state_dir: Path) -> HostStateProvider[Any]:
     return PROVIDERS[provider_name](state_dir)
 
 
-def leftovers(provider: LocalStateProvider[Any]) -> list[str]:
+def leftovers(provider: HostStateProvider[Any]) -> list[str]:
     """Every entry of the sandboxes directory, hidden staging ones included."""
     return sorted(os.listdir(provider.store.sandboxes_dir))
 
@@ -68,7 +68,7 @@ def test_state_dir_defaults_under_sandbox_sdk_home(
     assert (tmp_path / "home" / provider_name / "sandboxes" / sandbox.id / "meta.json").is_file()
 
 
-def test_metadata_is_recorded(provider: LocalStateProvider[Any]) -> None:
+def test_metadata_is_recorded(provider: HostStateProvider[Any]) -> None:
     sandbox = provider.create(labels={"thread": "t1"}, ttl=3600, idle_timeout=600)
     meta = json.loads((provider.store.sandboxes_dir / sandbox.id / "meta.json").read_text())
     assert meta["labels"] == {"thread": "t1"}
@@ -79,7 +79,7 @@ def test_metadata_is_recorded(provider: LocalStateProvider[Any]) -> None:
     assert Path(info.metadata["workspace"]).is_dir()
 
 
-def test_bad_options_are_rejected_before_anything_exists(provider: LocalStateProvider[Any]) -> None:
+def test_bad_options_are_rejected_before_anything_exists(provider: HostStateProvider[Any]) -> None:
     with pytest.raises(errors.InvalidArgumentError, match="unknown option"):
         provider.create(colour="blue")
     with pytest.raises(errors.InvalidArgumentError, match="ttl"):
@@ -129,7 +129,7 @@ def test_two_processes_racing_on_one_label_get_the_same_sandbox(provider_name: s
 
 
 @pytest.mark.slow
-def test_pagination_over_a_thousand_sandboxes(provider: LocalStateProvider[Any]) -> None:
+def test_pagination_over_a_thousand_sandboxes(provider: HostStateProvider[Any]) -> None:
     made = [provider._create(labels={"batch": "big", "parity": str(n % 2)}).id for n in range(1000)]
     assert made == sorted(made)  # ids sort by creation time: the list order
     seen: list[str] = []
@@ -150,7 +150,7 @@ def test_pagination_over_a_thousand_sandboxes(provider: LocalStateProvider[Any])
     assert time.perf_counter() - started < 1.0
 
 
-def test_failed_setup_rolls_the_sandbox_back(provider: LocalStateProvider[Any]) -> None:
+def test_failed_setup_rolls_the_sandbox_back(provider: HostStateProvider[Any]) -> None:
     with pytest.raises(errors.SandboxRuntimeError, match=r"setup .* failed \(exit 3\).*broken step"):
         provider.get_or_create(labels={"thread": "t"}, setup="echo broken step; exit 3")
     assert leftovers(provider) == []
@@ -167,7 +167,7 @@ def test_failed_health_check_rolls_the_sandbox_back(tmp_path: Path) -> None:
     assert leftovers(provider) == []
 
 
-def test_expired_sandboxes_are_reaped(provider: LocalStateProvider[Any]) -> None:
+def test_expired_sandboxes_are_reaped(provider: HostStateProvider[Any]) -> None:
     short = provider.create(labels={"kind": "short"}, ttl=0.5)
     idle = provider.create(labels={"kind": "idle"}, idle_timeout=1.0)
     keeper = provider.create(labels={"kind": "keeper"})
@@ -187,7 +187,7 @@ def test_expired_sandboxes_are_reaped(provider: LocalStateProvider[Any]) -> None
     assert provider.get_or_create(labels={"kind": "short"}).id != short.id
 
 
-def test_delete_removes_what_the_sandbox_made_unwritable(provider: LocalStateProvider[Any]) -> None:
+def test_delete_removes_what_the_sandbox_made_unwritable(provider: HostStateProvider[Any]) -> None:
     sandbox = provider.create()
     assert (
         sandbox.execute("mkdir -p locked/deep && touch locked/deep/f && chmod 0 locked/deep locked").exit_code

@@ -14,6 +14,11 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+#: Exit code of a command killed at its timeout (as timeout(1) reports it), with
+#: ``timed_out=True``: one value on every provider.
+TIMEOUT_EXIT_CODE = 124
+
+
 class ExecuteResponse(_Model):
     """What one command produced: the provider's whole contract."""
 

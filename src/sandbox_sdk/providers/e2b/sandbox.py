@@ -23,9 +23,8 @@ from e2b import exceptions as e2b_errors
 
 from sandbox_sdk import errors
 from sandbox_sdk._core import check_path, new_token
-from sandbox_sdk._process import TIMEOUT_EXIT_CODE
 from sandbox_sdk.base import BaseSandbox
-from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
+from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse, FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.providers.e2b._errors import map_error
 from sandbox_sdk.transfer import Progress, UploadSource, open_upload_source, transfer_error
 

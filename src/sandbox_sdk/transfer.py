@@ -60,7 +60,8 @@ SPOOL_BYTES = 8 * 1024 * 1024
 #: ``transfer_concurrency`` is and however large the file.
 IN_FLIGHT_BYTES = 6 * 1024 * 1024
 
-_ERROR_CODES: dict[type[errors.SandboxError], str] = {
+#: The per-file ``error`` of a transfer response for each error type (else its message).
+TRANSFER_ERROR_CODES: dict[type[errors.SandboxError], str] = {
     errors.SandboxFileNotFoundError: "file_not_found",
     errors.SandboxPermissionError: "permission_denied",
     errors.SandboxIsADirectoryError: "is_directory",
@@ -84,10 +85,24 @@ _COMMIT_REFUSED = (
 
 def transfer_error(exc: BaseException) -> str:
     """The per-file error string of a transfer response for ``exc``."""
-    for kind, code in _ERROR_CODES.items():
+    for kind, code in TRANSFER_ERROR_CODES.items():
         if isinstance(exc, kind):
             return code
     return str(exc) or type(exc).__name__
+
+
+def upload_result(path: str, error: BaseException | None = None) -> FileUploadResponse:
+    """A native upload's per-file result: success, or ``error`` as its code."""
+    return FileUploadResponse(path=path, error=None if error is None else transfer_error(error))
+
+
+def download_result(
+    path: str, content: bytes | None = None, error: BaseException | None = None
+) -> FileDownloadResponse:
+    """A native download's per-file result: ``content``, or ``error`` as its code."""
+    if error is not None:
+        return FileDownloadResponse(path=path, error=transfer_error(error))
+    return FileDownloadResponse(path=path, content=content)
 
 
 @dataclass

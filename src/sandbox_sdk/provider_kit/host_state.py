@@ -249,7 +249,7 @@ def check_seconds(name: str, value: object) -> float | None:
     return float(value)
 
 
-class LocalStateProvider(SandboxProvider[SandboxT]):
+class HostStateProvider(SandboxProvider[SandboxT]):
     """A provider whose sandboxes are directories in a :class:`SandboxStore`.
 
     ``create`` options shared by every such provider: ``ttl`` and

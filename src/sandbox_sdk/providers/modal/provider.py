@@ -1,18 +1,4 @@
-"""Modal sandboxes (``pip install "sandbox-sdk[modal]"``).
-
-``ModalProvider`` creates ``modal.Sandbox`` es inside one Modal app and hands
-them out as :class:`ModalSandbox`; our labels are Modal sandbox *tags*.
-Credentials are the SDK's usual ones: ``MODAL_TOKEN_ID`` /
-``MODAL_TOKEN_SECRET`` (or the active profile in ``~/.modal.toml``), and
-``MODAL_SERVER_URL`` picks the server. Lifetimes are in seconds, as Modal
-takes them: ``timeout`` (maximum lifetime) and ``idle_timeout``.
-
-Platform limits worth knowing: all arguments of one exec are capped at 64
-KiB (so :attr:`ModalSandbox.max_command_bytes` is lower than the default);
-``sandbox.filesystem`` needs absolute paths (relative ones are resolved
-against the sandbox's working directory) and its writes are not atomic, so
-uploads are staged under a hidden name and renamed into place.
-"""
+"""The Modal provider; see the package docstring."""
 
 from __future__ import annotations
 
@@ -32,9 +18,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxInfo, SandboxPage
 from sandbox_sdk.provider import SandboxProvider, labels_match
-
-from ._errors import modal_errors
-from ._sandbox import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT, ModalSandbox
+from sandbox_sdk.providers.modal._errors import modal_errors
+from sandbox_sdk.providers.modal.sandbox import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT, ModalSandbox
 
 #: The Modal app sandboxes are created in (and listed from) unless told otherwise.
 DEFAULT_APP_NAME = "sandbox-sdk"
@@ -278,4 +263,4 @@ class _Page:
         return SandboxPage(items=self.items, next_cursor=next_cursor)
 
 
-__all__ = ["CREATED_AT_TAG", "DEFAULT_APP_NAME", "ModalProvider", "ModalSandbox"]
+__all__ = ["CREATED_AT_TAG", "DEFAULT_APP_NAME", "ModalProvider"]

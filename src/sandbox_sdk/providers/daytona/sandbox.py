@@ -22,7 +22,7 @@ from daytona import FileDownloadResponse as DaytonaDownload
 from sandbox_sdk import errors
 from sandbox_sdk._core import check_path
 from sandbox_sdk.base import BaseSandbox
-from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
+from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse, FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.providers.daytona._clients import DaytonaClients
 from sandbox_sdk.providers.daytona._errors import to_sandbox_error
 from sandbox_sdk.transfer import Progress, UploadSource, transfer_error
@@ -30,8 +30,6 @@ from sandbox_sdk.transfer import Progress, UploadSource, transfer_error
 #: Default timeout of one command, in seconds (the daemon's own default is 360 s).
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
-#: Exit code reported for a command killed at its timeout (the provider-guide convention).
-TIMEOUT_EXIT_CODE = 124
 
 
 class DaytonaSandbox(BaseSandbox):

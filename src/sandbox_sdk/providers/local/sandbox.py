@@ -1,11 +1,4 @@
-"""The local shell provider: commands run with ``bash`` on this machine.
-
-.. warning::
-   **No isolation.** A command can read, change and delete anything the
-   current user can, reach the network, and leave processes behind. Use it for
-   tests and trusted code; use :mod:`sandbox_sdk.providers.bwrap` for anything
-   an agent writes.
-"""
+"""The local sandbox; see the package docstring."""
 
 from __future__ import annotations
 
@@ -14,10 +7,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from sandbox_sdk._local_state import WORKSPACE_DIR, LocalStateProvider, SandboxRecord, mark_used
-from sandbox_sdk._process import LARGE_COMMAND_BYTES, bash_script, run_process
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script, run_process
 
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
@@ -80,49 +72,3 @@ class LocalSandbox(BaseSandbox):
 
     def __repr__(self) -> str:
         return f"LocalSandbox({str(self.root_dir)!r}, id={self.id!r})"
-
-
-class TrackedLocalSandbox(LocalSandbox):
-    """A :class:`LocalSandbox` handed out by :class:`LocalProvider`; each
-    ``execute`` counts as a use for the idle timeout."""
-
-    #: The sandbox's directory in the provider's state (set by the provider).
-    sandbox_dir: Path
-
-    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
-        mark_used(self.sandbox_dir)
-        return super().execute(command, timeout=timeout)
-
-
-class LocalProvider(LocalStateProvider[TrackedLocalSandbox]):
-    """Hands out :class:`LocalSandbox` es, each a directory under ``state_dir``.
-
-    **Not isolated** (see the module warning): choose it explicitly, for tests
-    and trusted code. ``create`` options: ``ttl``, ``idle_timeout``, ``setup``
-    (see docs/lifecycle.md)."""
-
-    name = "local"
-
-    def __init__(
-        self,
-        state_dir: str | os.PathLike[str] | None = None,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(state_dir)
-        self.timeout = timeout
-        self.max_output_bytes = max_output_bytes
-        self.env = dict(env or {})
-
-    def _open(self, record: SandboxRecord, directory: Path) -> TrackedLocalSandbox:
-        sandbox = TrackedLocalSandbox(
-            directory / WORKSPACE_DIR,
-            sandbox_id=record.id,
-            timeout=self.timeout,
-            max_output_bytes=self.max_output_bytes,
-            env=self.env,
-        )
-        sandbox.sandbox_dir = directory
-        return sandbox

@@ -1,14 +1,4 @@
-"""The bubblewrap provider: real isolation on a plain Linux machine.
-
-Every ``execute()`` starts a fresh ``bwrap`` jail over the sandbox's
-persistent workspace (mounted at ``/workspace``, the working directory) and
-its private ``/tmp``. Everything else the jail sees is the host's system
-directories, read-only. It has its own PID, IPC, UTS, cgroup and (unless
-``network=True``) network namespaces, an empty environment plus what the
-caller passes, and per-process resource limits; when the command ends or
-times out the whole PID namespace is killed. See docs/bwrap.md for the model
-and what it does not cover.
-"""
+"""The bwrap sandbox; see the package docstring."""
 
 from __future__ import annotations
 
@@ -19,15 +9,14 @@ import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox_sdk import errors
-from sandbox_sdk._local_state import WORKSPACE_DIR, LocalStateProvider, SandboxRecord, mark_used
-from sandbox_sdk._process import LARGE_COMMAND_BYTES, bash_script, run_process
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script, run_process
+from sandbox_sdk.provider_kit.host_state import mark_used
 
 #: Where the workspace appears inside the jail (and the working directory).
 WORKSPACE_PATH = "/workspace"
@@ -350,70 +339,3 @@ class BwrapSandbox(BaseSandbox):
 
     def __repr__(self) -> str:
         return f"BwrapSandbox({str(self.workspace)!r}, id={self.id!r}, network={self.network})"
-
-
-class BwrapProvider(LocalStateProvider[BwrapSandbox]):
-    """Hands out :class:`BwrapSandbox` es, each a directory under ``state_dir``.
-
-    ``limits``, ``network`` and ``env`` are defaults for new sandboxes;
-    ``create`` takes ``limits`` and ``network`` per sandbox (recorded, so the
-    sandbox keeps them) besides ``ttl``, ``idle_timeout`` and ``setup``.
-    Raises ``ProviderUnavailableError`` at construction if bwrap is missing or
-    cannot start a jail here; it never falls back to running unisolated."""
-
-    name = "bwrap"
-    extra_options = frozenset({"limits", "network"})
-
-    def __init__(
-        self,
-        state_dir: str | os.PathLike[str] | None = None,
-        *,
-        limits: ResourceLimits | None = None,
-        network: bool = False,
-        env: Mapping[str, str] | None = None,
-        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
-        bwrap: str | None = None,
-        root_sandbox_user: tuple[int, int] = DEFAULT_ROOT_SANDBOX_USER,
-        extra_ro_binds: Sequence[str] = (),
-    ) -> None:
-        self.jail_settings: dict[str, Any] = {
-            "bwrap": bwrap,
-            "root_sandbox_user": tuple(root_sandbox_user),
-            "extra_ro_binds": tuple(extra_ro_binds),
-        }
-        self.jail = checked_jail(bwrap, tuple(root_sandbox_user), tuple(extra_ro_binds))
-        super().__init__(state_dir)
-        self.limits = limits or ResourceLimits()
-        self.network = network
-        self.env = dict(env or {})
-        self.max_output_bytes = max_output_bytes
-
-    def _prepare(self, staging_dir: Path, options: dict[str, Any]) -> dict[str, Any]:
-        limits = options.get("limits", self.limits)
-        if isinstance(limits, Mapping):
-            try:
-                limits = ResourceLimits.model_validate(limits)
-            except ValidationError as exc:
-                raise errors.InvalidArgumentError(f"invalid limits: {exc}") from exc
-        if not isinstance(limits, ResourceLimits):
-            raise errors.InvalidArgumentError("limits must be a ResourceLimits or a mapping of its fields")
-        network = options.get("network", self.network)
-        if not isinstance(network, bool):
-            raise errors.InvalidArgumentError("network must be a bool")
-        (staging_dir / TMP_DIR).mkdir()
-        for directory in (staging_dir / WORKSPACE_DIR, staging_dir / TMP_DIR):
-            self.jail.own(directory)
-        return {"limits": limits.model_dump(), "network": network}
-
-    def _open(self, record: SandboxRecord, directory: Path) -> BwrapSandbox:
-        return BwrapSandbox(
-            directory / WORKSPACE_DIR,
-            tmp_dir=directory / TMP_DIR,
-            sandbox_id=record.id,
-            limits=ResourceLimits.model_validate(record.options.get("limits", {})),
-            network=bool(record.options.get("network", False)),
-            env=self.env,
-            max_output_bytes=self.max_output_bytes,
-            usage_dir=directory,
-            **self.jail_settings,
-        )

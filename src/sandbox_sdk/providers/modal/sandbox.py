@@ -18,12 +18,10 @@ import modal
 
 from sandbox_sdk import errors
 from sandbox_sdk._core import check_path, new_token
-from sandbox_sdk._process import TIMEOUT_EXIT_CODE
 from sandbox_sdk.base import BaseSandbox
-from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
+from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse, FileDownloadResponse, FileUploadResponse
+from sandbox_sdk.providers.modal._errors import modal_errors
 from sandbox_sdk.transfer import Progress, UploadSource, open_upload_source, transfer_error
-
-from ._errors import modal_errors
 
 #: Default timeout of one ``execute`` in seconds.
 DEFAULT_TIMEOUT = 120.0

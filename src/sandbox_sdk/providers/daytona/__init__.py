@@ -5,7 +5,7 @@ Credentials come from the SDK's usual environment variables (``DAYTONA_API_KEY``
 ``DAYTONA_ORGANIZATION_ID``) or from the provider's arguments.
 """
 
-from sandbox_sdk.providers.daytona._provider import DaytonaProvider
-from sandbox_sdk.providers.daytona._sandbox import DaytonaSandbox
+from sandbox_sdk.providers.daytona.provider import DaytonaProvider
+from sandbox_sdk.providers.daytona.sandbox import DaytonaSandbox
 
 __all__ = ["DaytonaProvider", "DaytonaSandbox"]

@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
-from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse
 from sandbox_sdk.protocol import command_bytes
 
 #: Commands up to this size go to ``bash -c`` as one argument (Linux caps one
@@ -32,8 +32,6 @@ ARGV_COMMAND_BYTES = 96 * 1024
 #: one command wrote, one ``read`` returns).
 LARGE_COMMAND_BYTES = 4 * 1024 * 1024
 WRITE_CHARS = 1 << 20
-#: Exit code reported for a command killed at its timeout (as timeout(1) does).
-TIMEOUT_EXIT_CODE = 124
 #: How long output is still collected from background children after the
 #: command itself exited, before ``execute`` returns without them.
 DRAIN_SECONDS = 0.2

@@ -30,7 +30,7 @@ from sandbox_sdk.models import SandboxInfo, SandboxPage
 from sandbox_sdk.provider import SandboxProvider, labels_match
 from sandbox_sdk.providers.daytona._clients import DaytonaClients
 from sandbox_sdk.providers.daytona._errors import to_sandbox_error
-from sandbox_sdk.providers.daytona._sandbox import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT, DaytonaSandbox
+from sandbox_sdk.providers.daytona.sandbox import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT, DaytonaSandbox
 
 #: Seconds ``create`` waits for a new sandbox to start (the SDK's ``timeout``).
 DEFAULT_CREATE_TIMEOUT = 120.0

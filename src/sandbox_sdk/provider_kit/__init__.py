@@ -1,0 +1,60 @@
+"""What a third-party provider needs beyond :class:`~sandbox_sdk.BaseSandbox`
+and :class:`~sandbox_sdk.SandboxProvider`; the shipped providers use the same.
+
+- Running a command as a host process with the ``execute()`` contract
+  (own process group, merged output capped as it arrives, the whole group
+  killed at the timeout): :func:`run_process`, :func:`bash_script` for
+  commands too long for one argument, :data:`LARGE_COMMAND_BYTES` to declare
+  as ``max_command_bytes`` when using it, :data:`TIMEOUT_EXIT_CODE`.
+- Checking arguments before any round trip: :func:`check_path`.
+- Native transfers: :func:`transfer_error` (the per-file error codes),
+  :func:`open_upload_source`, :func:`upload_result` / :func:`download_result`
+  and :func:`new_token` for staging names.
+- Sandboxes kept as directories on this machine: :class:`HostStateProvider`
+  (ids, labels, ttl and idle timeouts, locking, reaping), as ``local`` and
+  ``bwrap`` use it.
+"""
+
+from sandbox_sdk._core import check_path, new_token
+from sandbox_sdk.models import TIMEOUT_EXIT_CODE
+from sandbox_sdk.provider_kit.host_process import (
+    ARGV_COMMAND_BYTES,
+    LARGE_COMMAND_BYTES,
+    bash_script,
+    kill_group,
+    run_process,
+)
+from sandbox_sdk.provider_kit.host_state import WORKSPACE_DIR, HostStateProvider, SandboxRecord, mark_used
+from sandbox_sdk.transfer import (
+    TRANSFER_ERROR_CODES,
+    OpenedUpload,
+    Progress,
+    UploadSource,
+    download_result,
+    open_upload_source,
+    transfer_error,
+    upload_result,
+)
+
+__all__ = [
+    "ARGV_COMMAND_BYTES",
+    "LARGE_COMMAND_BYTES",
+    "TIMEOUT_EXIT_CODE",
+    "TRANSFER_ERROR_CODES",
+    "WORKSPACE_DIR",
+    "HostStateProvider",
+    "OpenedUpload",
+    "Progress",
+    "SandboxRecord",
+    "UploadSource",
+    "bash_script",
+    "check_path",
+    "download_result",
+    "kill_group",
+    "mark_used",
+    "new_token",
+    "open_upload_source",
+    "run_process",
+    "transfer_error",
+    "upload_result",
+]

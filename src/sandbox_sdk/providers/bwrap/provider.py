@@ -1,0 +1,88 @@
+"""The bwrap provider; see the package docstring."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from sandbox_sdk import errors
+from sandbox_sdk.provider_kit.host_state import WORKSPACE_DIR, HostStateProvider, SandboxRecord
+from sandbox_sdk.providers.bwrap.sandbox import (
+    DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_ROOT_SANDBOX_USER,
+    TMP_DIR,
+    BwrapSandbox,
+    ResourceLimits,
+    checked_jail,
+)
+
+
+class BwrapProvider(HostStateProvider[BwrapSandbox]):
+    """Hands out :class:`BwrapSandbox` es, each a directory under ``state_dir``.
+
+    ``limits``, ``network`` and ``env`` are defaults for new sandboxes;
+    ``create`` takes ``limits`` and ``network`` per sandbox (recorded, so the
+    sandbox keeps them) besides ``ttl``, ``idle_timeout`` and ``setup``.
+    Raises ``ProviderUnavailableError`` at construction if bwrap is missing or
+    cannot start a jail here; it never falls back to running unisolated."""
+
+    name = "bwrap"
+    extra_options = frozenset({"limits", "network"})
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str] | None = None,
+        *,
+        limits: ResourceLimits | None = None,
+        network: bool = False,
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        bwrap: str | None = None,
+        root_sandbox_user: tuple[int, int] = DEFAULT_ROOT_SANDBOX_USER,
+        extra_ro_binds: Sequence[str] = (),
+    ) -> None:
+        self.jail_settings: dict[str, Any] = {
+            "bwrap": bwrap,
+            "root_sandbox_user": tuple(root_sandbox_user),
+            "extra_ro_binds": tuple(extra_ro_binds),
+        }
+        self.jail = checked_jail(bwrap, tuple(root_sandbox_user), tuple(extra_ro_binds))
+        super().__init__(state_dir)
+        self.limits = limits or ResourceLimits()
+        self.network = network
+        self.env = dict(env or {})
+        self.max_output_bytes = max_output_bytes
+
+    def _prepare(self, staging_dir: Path, options: dict[str, Any]) -> dict[str, Any]:
+        limits = options.get("limits", self.limits)
+        if isinstance(limits, Mapping):
+            try:
+                limits = ResourceLimits.model_validate(limits)
+            except ValidationError as exc:
+                raise errors.InvalidArgumentError(f"invalid limits: {exc}") from exc
+        if not isinstance(limits, ResourceLimits):
+            raise errors.InvalidArgumentError("limits must be a ResourceLimits or a mapping of its fields")
+        network = options.get("network", self.network)
+        if not isinstance(network, bool):
+            raise errors.InvalidArgumentError("network must be a bool")
+        (staging_dir / TMP_DIR).mkdir()
+        for directory in (staging_dir / WORKSPACE_DIR, staging_dir / TMP_DIR):
+            self.jail.own(directory)
+        return {"limits": limits.model_dump(), "network": network}
+
+    def _open(self, record: SandboxRecord, directory: Path) -> BwrapSandbox:
+        return BwrapSandbox(
+            directory / WORKSPACE_DIR,
+            tmp_dir=directory / TMP_DIR,
+            sandbox_id=record.id,
+            limits=ResourceLimits.model_validate(record.options.get("limits", {})),
+            network=bool(record.options.get("network", False)),
+            env=self.env,
+            max_output_bytes=self.max_output_bytes,
+            usage_dir=directory,
+            **self.jail_settings,
+        )

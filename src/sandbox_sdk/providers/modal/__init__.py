@@ -1,0 +1,20 @@
+"""Modal sandboxes (``pip install "sandbox-sdk[modal]"``).
+
+``ModalProvider`` creates ``modal.Sandbox`` es inside one Modal app and hands
+them out as :class:`ModalSandbox`; our labels are Modal sandbox *tags*.
+Credentials are the SDK's usual ones: ``MODAL_TOKEN_ID`` /
+``MODAL_TOKEN_SECRET`` (or the active profile in ``~/.modal.toml``), and
+``MODAL_SERVER_URL`` picks the server. Lifetimes are in seconds, as Modal
+takes them: ``timeout`` (maximum lifetime) and ``idle_timeout``.
+
+Platform limits worth knowing: all arguments of one exec are capped at 64
+KiB (so :attr:`ModalSandbox.max_command_bytes` is lower than the default);
+``sandbox.filesystem`` needs absolute paths (relative ones are resolved
+against the sandbox's working directory) and its writes are not atomic, so
+uploads are staged under a hidden name and renamed into place.
+"""
+
+from sandbox_sdk.providers.modal.provider import CREATED_AT_TAG, DEFAULT_APP_NAME, ModalProvider
+from sandbox_sdk.providers.modal.sandbox import ModalSandbox
+
+__all__ = ["CREATED_AT_TAG", "DEFAULT_APP_NAME", "ModalProvider", "ModalSandbox"]
