@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
+from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors, protocol
 from sandbox_sdk.models import ExecuteResponse
 
@@ -75,13 +76,6 @@ class Pipeline:
 
 Request = Call | Pipeline
 Operation = Generator[Request, Any, T]
-
-
-def can_clean_up(exc: BaseException) -> bool:
-    """Whether an operation that failed or was interrupted (an error, a
-    cancellation, Ctrl-C) may still yield clean-up calls: not when the
-    generator itself is being closed."""
-    return not isinstance(exc, GeneratorExit)
 
 
 def new_token() -> str:
@@ -241,23 +235,25 @@ class SandboxCore(ABC):
 
     # -- drivers ---------------------------------------------------------------
 
+    def _perform(self, request: Request) -> Any:
+        """One request of an operation, with ``execute``."""
+        if isinstance(request, Pipeline):
+            return self._run_pipeline(request)
+        return self._invoke(request)
+
+    async def _aperform(self, request: Request) -> Any:
+        """One request of an operation, with ``aexecute``."""
+        if isinstance(request, Pipeline):
+            return await self._arun_pipeline(request)
+        return await self._ainvoke(request)
+
     def _drive(self, operation: Operation[T]) -> T:
         """Run an operation with ``execute``."""
-        try:
-            request = next(operation)
-            while True:
-                try:
-                    reply: Any = None
-                    if isinstance(request, Pipeline):
-                        self._run_pipeline(request)
-                    else:
-                        reply = self._invoke(request)
-                except BaseException as exc:  # noqa: BLE001 - handed to the operation, which may clean up
-                    request = operation.throw(exc)
-                else:
-                    request = operation.send(reply)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+        return kernel.run(operation, self._perform)
+
+    async def _adrive(self, operation: Operation[T]) -> T:
+        """Run an operation with ``aexecute``; clean-up after a cancellation runs shielded."""
+        return await kernel.arun(operation, self._aperform)
 
     def _run_pipeline(self, pipeline: Pipeline) -> None:
         """Keep the window full with worker threads. ``execute`` must therefore
@@ -294,30 +290,6 @@ class SandboxCore(ABC):
             raise
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
-
-    async def _adrive(self, operation: Operation[T]) -> T:
-        """Run an operation with ``aexecute``.
-
-        After a cancellation is handed to the operation, the clean-up calls it
-        still makes run shielded, so a cancelled transfer leaves nothing behind."""
-        interrupted = False
-        try:
-            request = next(operation)
-            while True:
-                try:
-                    with anyio.CancelScope(shield=interrupted):
-                        reply: Any = None
-                        if isinstance(request, Pipeline):
-                            await self._arun_pipeline(request)
-                        else:
-                            reply = await self._ainvoke(request)
-                except BaseException as exc:  # noqa: BLE001 - handed to the operation, which may clean up
-                    interrupted = interrupted or not isinstance(exc, Exception)
-                    request = operation.throw(exc)
-                else:
-                    request = operation.send(reply)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
 
     async def _arun_pipeline(self, pipeline: Pipeline) -> None:
         """Keep the window full with tasks; a cancellation cancels the calls in flight."""

@@ -22,13 +22,13 @@ from sandbox_sdk._core import (
     Call,
     Operation,
     PathArg,
-    can_clean_up,
     check_flag,
     check_int,
     check_path,
     new_token,
     to_bytes,
 )
+from sandbox_sdk._kernel import can_clean_up
 from sandbox_sdk.models import (
     EditResult,
     ExecuteResponse,

@@ -38,10 +38,10 @@ from sandbox_sdk._core import (
     PathArg,
     Pipeline,
     SandboxCore,
-    can_clean_up,
     check_path,
     new_token,
 )
+from sandbox_sdk._kernel import can_clean_up
 from sandbox_sdk.models import FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.remote import archive as remote_archive
 from sandbox_sdk.remote._runtime import Fail

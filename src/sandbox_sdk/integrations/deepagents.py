@@ -24,8 +24,9 @@ import dataclasses
 import posixpath
 from collections.abc import Generator, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
+from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import EditResult, ExecuteResponse, FileInfo, GlobResult, GrepResult, ReadResult
@@ -194,34 +195,12 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
     # -- drivers --------------------------------------------------------------------
 
     def _run(self, plan: Plan[T]) -> T:
-        """Run a plan with the sandbox's sync operations; typed errors go back into it."""
-        try:
-            step = next(plan)
-            while True:
-                name, args, kwargs = step
-                try:
-                    value = getattr(self.sandbox, name)(*args, **kwargs)
-                except errors.SandboxError as exc:
-                    step = plan.throw(exc)
-                else:
-                    step = plan.send(value)
-        except StopIteration as stop:
-            return cast(T, stop.value)
+        """Run a plan with the sandbox's sync operations; their errors go back into it."""
+        return kernel.run(plan, lambda step: getattr(self.sandbox, step[0])(*step[1], **step[2]))
 
     async def _arun(self, plan: Plan[T]) -> T:
         """Run a plan with the sandbox's async operations."""
-        try:
-            step = next(plan)
-            while True:
-                name, args, kwargs = step
-                try:
-                    value = await getattr(self.sandbox, "a" + name)(*args, **kwargs)
-                except errors.SandboxError as exc:
-                    step = plan.throw(exc)
-                else:
-                    step = plan.send(value)
-        except StopIteration as stop:
-            return cast(T, stop.value)
+        return await kernel.arun(plan, lambda step: getattr(self.sandbox, "a" + step[0])(*step[1], **step[2]))
 
     # -- execute ----------------------------------------------------------------------
 

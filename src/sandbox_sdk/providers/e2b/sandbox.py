@@ -21,6 +21,7 @@ import anyio
 from e2b import AsyncSandbox, CommandExitException, FileType, Sandbox
 from e2b import exceptions as e2b_errors
 
+from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors
 from sandbox_sdk._core import check_path, new_token
 from sandbox_sdk.base import BaseSandbox
@@ -303,33 +304,27 @@ class E2BSandbox(BaseSandbox):
 
     # -- native transfers ------------------------------------------------------------------
 
-    def _perform(self, operation: FilesOp[T]) -> T:
+    def _perform_files(self, operation: FilesOp[T]) -> T:
         files = self.sdk_sandbox.files
-        try:
-            call = next(operation)
-            while True:
-                try:
-                    reply = getattr(files, call.method)(*call.args, **call.kwargs)
-                except Exception as exc:  # noqa: BLE001 - handed to the operation, typed
-                    call = operation.throw(map_error(exc, f"files.{call.method}", path=str(call.args[0])))
-                else:
-                    call = operation.send(reply)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
 
-    async def _aperform(self, operation: FilesOp[T]) -> T:
+        def perform(call: FilesCall) -> Any:
+            try:
+                return getattr(files, call.method)(*call.args, **call.kwargs)
+            except Exception as exc:
+                raise map_error(exc, f"files.{call.method}", path=str(call.args[0])) from exc
+
+        return kernel.run(operation, perform)
+
+    async def _aperform_files(self, operation: FilesOp[T]) -> T:
         files = self.sdk_async_sandbox.files
-        try:
-            call = next(operation)
-            while True:
-                try:
-                    reply = await getattr(files, call.method)(*call.args, **call.kwargs)
-                except Exception as exc:  # noqa: BLE001 - handed to the operation, typed
-                    call = operation.throw(map_error(exc, f"files.{call.method}", path=str(call.args[0])))
-                else:
-                    call = operation.send(reply)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+
+        async def perform(call: FilesCall) -> Any:
+            try:
+                return await getattr(files, call.method)(*call.args, **call.kwargs)
+            except Exception as exc:
+                raise map_error(exc, f"files.{call.method}", path=str(call.args[0])) from exc
+
+        return await kernel.arun(operation, perform)
 
     async def _aperform_all(
         self, operations: list[FilesOp[T]], paths: list[str], finished: Callable[[T], None]
@@ -340,7 +335,7 @@ class E2BSandbox(BaseSandbox):
         if len(set(paths)) < len(paths):
             ordered = []
             for operation in operations:
-                ordered.append(await self._aperform(operation))
+                ordered.append(await self._aperform_files(operation))
                 finished(ordered[-1])
             return ordered
         results: dict[int, T] = {}
@@ -348,7 +343,7 @@ class E2BSandbox(BaseSandbox):
 
         async def one(index: int) -> None:
             async with limit:
-                results[index] = await self._aperform(operations[index])
+                results[index] = await self._aperform_files(operations[index])
                 finished(results[index])
 
         async with anyio.create_task_group() as group:
@@ -370,7 +365,7 @@ class E2BSandbox(BaseSandbox):
         done: list[int] = [0]
         results = []
         for path, data in list(files):
-            response, sent = self._perform(_upload_one(path, data))
+            response, sent = self._perform_files(_upload_one(path, data))
             results.append(response)
             self._report(progress, done, sent)
         return results
@@ -396,7 +391,7 @@ class E2BSandbox(BaseSandbox):
         done: list[int] = [0]
         results = []
         for path in list(paths):
-            response = self._perform(_download_one(path))
+            response = self._perform_files(_download_one(path))
             results.append(response)
             self._report(progress, done, len(response.content or b""))
         return results
