@@ -74,7 +74,14 @@ class Pipeline:
     meanwhile: Callable[[], None] = lambda: None
 
 
-Request = Call | Pipeline
+class NativeRequest:
+    """Base of a provider's own request types (a call on a platform's file API,
+    say): an operation a provider overrides may yield them, and the provider's
+    :meth:`SandboxCore._perform` / :meth:`SandboxCore._aperform` override
+    carries them out, handing every other request to ``super()``."""
+
+
+Request = Call | Pipeline | NativeRequest
 Operation = Generator[Request, Any, T]
 
 
@@ -236,16 +243,21 @@ class SandboxCore(ABC):
     # -- drivers ---------------------------------------------------------------
 
     def _perform(self, request: Request) -> Any:
-        """One request of an operation, with ``execute``."""
+        """One request of an operation, with ``execute``. A provider with
+        :class:`NativeRequest` s overrides it (and :meth:`_aperform`)."""
         if isinstance(request, Pipeline):
             return self._run_pipeline(request)
-        return self._invoke(request)
+        if isinstance(request, Call):
+            return self._invoke(request)
+        raise TypeError(f"{type(self).__name__} cannot perform a {type(request).__name__}")
 
     async def _aperform(self, request: Request) -> Any:
         """One request of an operation, with ``aexecute``."""
         if isinstance(request, Pipeline):
             return await self._arun_pipeline(request)
-        return await self._ainvoke(request)
+        if isinstance(request, Call):
+            return await self._ainvoke(request)
+        raise TypeError(f"{type(self).__name__} cannot perform a {type(request).__name__}")
 
     def _drive(self, operation: Operation[T]) -> T:
         """Run an operation with ``execute``."""

@@ -7,6 +7,9 @@ and :class:`~sandbox_sdk.SandboxProvider`; the shipped providers use the same.
   commands too long for one argument, :data:`LARGE_COMMAND_BYTES` to declare
   as ``max_command_bytes`` when using it, :data:`TIMEOUT_EXIT_CODE`.
 - Checking arguments before any round trip: :func:`check_path`.
+- Native operations: subclass :class:`NativeRequest` for your platform's
+  calls, override an ``_op_*`` operation to yield them and ``_perform`` /
+  ``_aperform`` to carry them out (the sync and async APIs then share one body).
 - Native transfers: :func:`transfer_error` (the per-file error codes),
   :func:`open_upload_source`, :func:`upload_result` / :func:`download_result`
   and :func:`new_token` for staging names.
@@ -15,7 +18,7 @@ and :class:`~sandbox_sdk.SandboxProvider`; the shipped providers use the same.
   ``bwrap`` use it.
 """
 
-from sandbox_sdk._core import check_path, new_token
+from sandbox_sdk._core import NativeRequest, check_path, new_token
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE
 from sandbox_sdk.provider_kit.host_process import (
     ARGV_COMMAND_BYTES,
@@ -43,6 +46,7 @@ __all__ = [
     "TRANSFER_ERROR_CODES",
     "WORKSPACE_DIR",
     "HostStateProvider",
+    "NativeRequest",
     "OpenedUpload",
     "Progress",
     "SandboxRecord",
