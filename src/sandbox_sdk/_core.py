@@ -68,7 +68,7 @@ class Pipeline:
     called once that call is under way (so its memory adds to one call's, not
     the window's), before any reply is consumed."""
 
-    calls: Iterable[Call]
+    calls: Iterable[Call | NativeRequest]
     consume: Callable[[Any], None]
     window: int = 1
     meanwhile: Callable[[], None] = lambda: None
@@ -278,7 +278,7 @@ class SandboxCore(ABC):
         if pipeline.window <= 1:
             pipeline.meanwhile()
             for call in calls:
-                pipeline.consume(self._invoke(call))
+                pipeline.consume(self._perform(call))
             return
         pool = ThreadPoolExecutor(pipeline.window, thread_name_prefix="sandbox-sdk")
         in_flight: deque[Future[Any]] = deque()
@@ -289,7 +289,7 @@ class SandboxCore(ABC):
                     pipeline.consume(in_flight.popleft().result())
                 if any(future.done() and future.exception() for future in in_flight):
                     break  # send nothing more; the failure is raised in call order below
-                in_flight.append(pool.submit(self._invoke, call))
+                in_flight.append(pool.submit(self._perform, call))
                 if not meanwhile_done:
                     meanwhile_done = True
                     pipeline.meanwhile()
@@ -316,7 +316,7 @@ class SandboxCore(ABC):
                     if any(pending.failed for pending in in_flight):
                         break  # send nothing more; the failure is raised in call order below
                     pending = _PendingReply()
-                    group.start_soon(pending.fill, self._ainvoke, call)
+                    group.start_soon(pending.fill, self._aperform, call)
                     in_flight.append(pending)
                     if not meanwhile_done:
                         meanwhile_done = True
@@ -340,7 +340,7 @@ class _PendingReply:
         self._value: Any = None
         self._error: Exception | None = None
 
-    async def fill(self, invoke: Callable[[Call], Awaitable[Any]], call: Call) -> None:
+    async def fill(self, invoke: Callable[[Any], Awaitable[Any]], call: Call | NativeRequest) -> None:
         try:
             self._value = await invoke(call)
         except Exception as exc:  # noqa: BLE001 - re-raised by get(), in call order
