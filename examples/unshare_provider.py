@@ -1,60 +1,66 @@
-"""A complete provider: each command runs in its own directory with no network."""
+"""A complete provider: each sandbox is a directory on this machine, and each
+command runs there with bash as a mapped root user in a network namespace of
+its own (``unshare --net --map-root-user``), so it cannot reach the network.
+
+The sandbox implements ``id`` and ``execute`` with the provider kit's host
+process runner; :class:`~sandbox_sdk.provider_kit.HostStateProvider` keeps the
+sandboxes (ids, labels, ttl and idle timeouts, locking), so the provider only
+says how to open one. It imports public names only.
+"""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
 
-from sandbox_sdk import BaseSandbox, ExecuteResponse, SandboxInfo, SandboxNotFoundError, SandboxPage
-from sandbox_sdk.provider import SandboxProvider, labels_match
-from sandbox_sdk.provider_kit.host_process import run_process
+from sandbox_sdk import BaseSandbox, ExecuteResponse
+from sandbox_sdk.provider_kit import (
+    LARGE_COMMAND_BYTES,
+    WORKSPACE_DIR,
+    HostStateProvider,
+    SandboxRecord,
+    bash_script,
+    mark_used,
+    run_process,
+)
+
+#: Seconds a command may run when ``execute`` is given no timeout.
+DEFAULT_TIMEOUT = 120.0
 
 
 class UnshareSandbox(BaseSandbox):
-    def __init__(self, root: str, labels: dict[str, str]) -> None:
-        self.root, self.labels, self.created_at = root, labels, datetime.now(UTC)
+    """Runs each command in the sandbox's workspace, with no network."""
+
+    #: ``bash_script`` hands a command too long for one argument over in a file.
+    max_command_bytes = LARGE_COMMAND_BYTES
+    #: Twice a command: whatever one large command wrote, one ``read`` returns.
+    max_output_bytes = 2 * LARGE_COMMAND_BYTES
+
+    def __init__(self, sandbox_id: str, directory: Path) -> None:
+        self._id = sandbox_id
+        self.directory = directory
+        self.workspace = directory / WORKSPACE_DIR
 
     @property
     def id(self) -> str:
-        return self.root.rsplit("/", 1)[-1]
+        return self._id
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
-        return run_process(
-            ["unshare", "--net", "--map-root-user", "bash", "-c", command],
-            cwd=self.root,
-            env={"PATH": "/usr/bin:/bin", "HOME": self.root},
-            timeout=timeout or 60,
-            max_output_bytes=self.max_output_bytes,
-        )
-
-
-class UnshareProvider(SandboxProvider[UnshareSandbox]):
-    def __init__(self) -> None:
-        self.sandboxes: dict[str, UnshareSandbox] = {}
-
-    def _create(self, *, labels: dict[str, str], **options: Any) -> UnshareSandbox:
-        sandbox = UnshareSandbox(tempfile.mkdtemp(prefix="unshare-"), labels)
-        self.sandboxes[sandbox.id] = sandbox
-        return sandbox
-
-    def get(self, sandbox_id: str) -> UnshareSandbox:
-        if sandbox_id not in self.sandboxes:
-            raise SandboxNotFoundError(f"no sandbox {sandbox_id}")
-        return self.sandboxes[sandbox_id]
-
-    def list(self, *, labels: Any = None, cursor: str | None = None, limit: int = 100) -> SandboxPage:
-        ids = sorted(i for i, s in self.sandboxes.items() if labels_match(s.labels, labels))
-        start = int(cursor or 0)
-        infos = [
-            SandboxInfo(
-                id=i, labels=self.sandboxes[i].labels, created_at=self.sandboxes[i].created_at, status="up"
+        mark_used(self.directory)  # restarts the idle-timeout clock
+        with bash_script(command) as (script, pass_fds):
+            return run_process(
+                ["unshare", "--net", "--map-root-user", "bash", "-c", script],
+                cwd=self.workspace,
+                env={"PATH": "/usr/bin:/bin", "HOME": str(self.workspace)},
+                timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
+                max_output_bytes=self.max_output_bytes,
+                pass_fds=pass_fds,
             )
-            for i in ids[start : start + limit]
-        ]
-        return SandboxPage(items=infos, next_cursor=str(start + limit) if start + limit < len(ids) else None)
 
-    def delete(self, *, sandbox_id: str) -> None:
-        if sandbox := self.sandboxes.pop(sandbox_id, None):
-            shutil.rmtree(sandbox.root, ignore_errors=True)
+
+class UnshareProvider(HostStateProvider[UnshareSandbox]):
+    """Sandboxes kept under ``state_dir`` (default ``~/.sandbox-sdk/unshare``)."""
+
+    name = "unshare"
+
+    def _open(self, record: SandboxRecord, directory: Path) -> UnshareSandbox:
+        return UnshareSandbox(record.id, directory)
