@@ -18,7 +18,7 @@ from e2b import exceptions as e2b_errors
 
 from sandbox_sdk import errors
 from sandbox_sdk.providers.e2b import E2BProvider, E2BSandbox
-from sandbox_sdk.providers.e2b._errors import map_error
+from sandbox_sdk.providers.e2b._errors import typed_error
 from sandbox_sdk.providers.e2b.sandbox import _CommandRun
 from sandbox_sdk.testing import HOSTILE_CONTENTS, HOSTILE_NAMES
 from sandbox_sdk.transfer import transfer_error
@@ -133,16 +133,16 @@ def test_only_sdk_sandboxes_are_wrapped() -> None:
     ],
 )
 def test_sdk_errors_map_to_typed_errors(raised: Exception, expected: type[errors.SandboxError]) -> None:
-    mapped = map_error(raised, "doing it")
+    mapped = typed_error(raised, "doing it")
     assert type(mapped) is expected
     assert str(raised) in str(mapped)
 
 
 def test_transfer_codes_from_envd_messages() -> None:
     envd_message = "500: error opening file: open /a: permission denied"
-    denied = map_error(e2b_errors.SandboxException(envd_message), "x")
+    denied = typed_error(e2b_errors.SandboxException(envd_message), "x")
     assert transfer_error(denied) == "permission_denied"
-    assert transfer_error(map_error(e2b_errors.FileNotFoundException("nope"), "x")) == "file_not_found"
+    assert transfer_error(typed_error(e2b_errors.FileNotFoundException("nope"), "x")) == "file_not_found"
 
 
 # -- native transfers ------------------------------------------------------------------------

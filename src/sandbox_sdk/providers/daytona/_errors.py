@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import aiohttp
 import httpx
 import urllib3.exceptions
@@ -9,6 +12,7 @@ from daytona import (
     DaytonaAuthenticationError,
     DaytonaBadGatewayError,
     DaytonaConnectionError,
+    DaytonaError,
     DaytonaForbiddenError,
     DaytonaInternalServerError,
     DaytonaNotFoundError,
@@ -16,6 +20,8 @@ from daytona import (
     DaytonaServiceUnavailableError,
     DaytonaTimeoutError,
 )
+from daytona_api_client.exceptions import OpenApiException
+from daytona_api_client_async.exceptions import OpenApiException as AsyncOpenApiException
 
 from sandbox_sdk import errors
 
@@ -29,6 +35,16 @@ _TRANSPORT = (
     aiohttp.ClientConnectionError,
     httpx.TransportError,
     ConnectionError,
+)
+#: What the SDK raises: its own errors, and those of the generated REST clients,
+#: which the one-page list call meets unwrapped.
+_SDK_ERRORS = (
+    DaytonaError,
+    OpenApiException,
+    AsyncOpenApiException,
+    urllib3.exceptions.HTTPError,
+    aiohttp.ClientError,
+    OSError,
 )
 
 
@@ -53,7 +69,7 @@ def _transport_failure(exc: BaseException) -> bool:
     return False
 
 
-def to_sandbox_error(exc: BaseException, what: str) -> errors.SandboxError:
+def typed_error(exc: BaseException, what: str, *, path: str | None = None) -> errors.SandboxError:
     """The typed error for a failed SDK call; ``what`` says which call, for the message."""
     if isinstance(exc, errors.SandboxError):
         return exc
@@ -61,15 +77,28 @@ def to_sandbox_error(exc: BaseException, what: str) -> errors.SandboxError:
     message = f"{what}: {exc}"
     # Connection failures first: DaytonaConnectionTimeoutError is also a DaytonaTimeoutError.
     if isinstance(exc, _UNAVAILABLE) or status in (502, 503) or (status is None and _transport_failure(exc)):
-        return errors.ProviderUnavailableError(f"{message} (Daytona is unreachable or unavailable)")
+        return errors.ProviderUnavailableError(
+            f"{message} (Daytona is unreachable or unavailable)", path=path
+        )
     if isinstance(exc, DaytonaNotFoundError) or status == 404:
-        return errors.SandboxNotFoundError(message)
+        return errors.SandboxNotFoundError(message, path=path)
     if isinstance(exc, DaytonaAuthenticationError | DaytonaForbiddenError) or status in (401, 403):
-        return errors.AuthenticationError(f"{message} (check DAYTONA_API_KEY)")
+        return errors.AuthenticationError(f"{message} (check DAYTONA_API_KEY)", path=path)
     if isinstance(exc, DaytonaRateLimitError) or status == 429:
-        return errors.RateLimitedError(message)
+        return errors.RateLimitedError(message, path=path)
     if isinstance(exc, DaytonaTimeoutError) or status in (408, 504):
-        return errors.SandboxTimeoutError(message)
+        return errors.SandboxTimeoutError(message, path=path)
     if isinstance(exc, DaytonaInternalServerError) or (status is not None and status >= 500):
-        return errors.ProviderUnavailableError(f"{message} (Daytona server error)")
-    return errors.SandboxRuntimeError(message)
+        return errors.ProviderUnavailableError(f"{message} (Daytona server error)", path=path)
+    return errors.SandboxRuntimeError(message, path=path)
+
+
+@contextmanager
+def translate_errors(what: str, *, path: str | None = None) -> Iterator[None]:
+    """Raise what the SDK raises inside the block as its typed error, ``from`` the original."""
+    try:
+        yield
+    except errors.SandboxError:
+        raise
+    except _SDK_ERRORS as exc:
+        raise typed_error(exc, what, path=path) from exc

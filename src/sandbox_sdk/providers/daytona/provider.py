@@ -2,35 +2,35 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-import aiohttp
 import pydantic
-import urllib3.exceptions
 from daytona import (
     AsyncSandbox,
     CreateSandboxFromImageParams,
     CreateSandboxFromSnapshotParams,
     DaytonaConfig,
-    DaytonaError,
     DaytonaNotFoundError,
     Sandbox,
     SandboxState,
 )
 from daytona.common.daytona import CODE_TOOLBOX_LANGUAGE_LABEL
-from daytona_api_client.exceptions import OpenApiException
-from daytona_api_client_async.exceptions import OpenApiException as AsyncOpenApiException
 
 from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxInfo, SandboxPage
 from sandbox_sdk.provider import SandboxProvider, labels_match
-from sandbox_sdk.providers.daytona._clients import DaytonaClients
-from sandbox_sdk.providers.daytona._errors import to_sandbox_error
-from sandbox_sdk.providers.daytona.sandbox import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT, DaytonaSandbox
+from sandbox_sdk.providers.daytona._errors import translate_errors
+from sandbox_sdk.providers.daytona.sandbox import (
+    DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_TIMEOUT,
+    DaytonaClients,
+    DaytonaSandbox,
+)
 
 #: Seconds ``create`` waits for a new sandbox to start (the SDK's ``timeout``).
 DEFAULT_CREATE_TIMEOUT = 120.0
@@ -47,16 +47,6 @@ def _state(state: object) -> object:
 def _gone(state: object) -> bool:
     """Whether a sandbox state means deleted."""
     return _state(state) in _GONE
-
-
-#: Errors of the generated REST clients, which the list call meets unwrapped.
-_REST_ERRORS = (
-    OpenApiException,
-    AsyncOpenApiException,
-    urllib3.exceptions.HTTPError,
-    aiohttp.ClientError,
-    OSError,
-)
 
 
 class DaytonaProvider(SandboxProvider[DaytonaSandbox]):
@@ -137,17 +127,13 @@ class DaytonaProvider(SandboxProvider[DaytonaSandbox]):
 
     def _create(self, *, labels: dict[str, str], **options: Any) -> DaytonaSandbox:
         params, wait = self._params(labels, options)
-        try:
+        with translate_errors("create a Daytona sandbox"):
             return self._sandbox(self._clients.sync.create(params, timeout=wait))
-        except DaytonaError as exc:
-            raise to_sandbox_error(exc, "create a Daytona sandbox") from exc
 
     async def _acreate(self, *, labels: dict[str, str], **options: Any) -> DaytonaSandbox:
         params, wait = self._params(labels, options)
-        try:
+        with translate_errors("create a Daytona sandbox"):
             return self._sandbox(await self._clients.aclient().create(params, timeout=wait))
-        except DaytonaError as exc:
-            raise to_sandbox_error(exc, "create a Daytona sandbox") from exc
 
     # -- get / delete --------------------------------------------------------------------------
 
@@ -160,45 +146,33 @@ class DaytonaProvider(SandboxProvider[DaytonaSandbox]):
     def get(self, sandbox_id: str) -> DaytonaSandbox:
         """Connect to a sandbox by id (or name), starting it first if Daytona stopped or
         archived it (after ``auto_stop_interval`` idle minutes, for example)."""
-        try:
+        with translate_errors(f"get sandbox {sandbox_id}"):
             sdk_sandbox = self._clients.sync.get(self._check_id(sandbox_id))
             if _state(sdk_sandbox.state) in _RESTARTABLE:
                 sdk_sandbox.start(timeout=self._start_timeout)
             return self._sandbox(sdk_sandbox)
-        except DaytonaError as exc:
-            raise to_sandbox_error(exc, f"get sandbox {sandbox_id}") from exc
 
     async def aget(self, sandbox_id: str) -> DaytonaSandbox:
-        try:
+        with translate_errors(f"get sandbox {sandbox_id}"):
             sdk_sandbox = await self._clients.aclient().get(self._check_id(sandbox_id))
             if _state(sdk_sandbox.state) in _RESTARTABLE:
                 await sdk_sandbox.start(timeout=self._start_timeout)
             return self._sandbox(sdk_sandbox)
-        except DaytonaError as exc:
-            raise to_sandbox_error(exc, f"get sandbox {sandbox_id}") from exc
 
     def delete(self, *, sandbox_id: str) -> None:
         """Delete the sandbox; one that does not exist (any more) counts as deleted."""
         client = self._clients.sync
-        try:
+        with translate_errors(f"delete sandbox {sandbox_id}"), contextlib.suppress(DaytonaNotFoundError):
             sdk_sandbox = client.get(self._check_id(sandbox_id))
             if not _gone(sdk_sandbox.state):
                 client.delete(sdk_sandbox)
-        except DaytonaNotFoundError:
-            return
-        except DaytonaError as exc:
-            raise to_sandbox_error(exc, f"delete sandbox {sandbox_id}") from exc
 
     async def adelete(self, *, sandbox_id: str) -> None:
         client = self._clients.aclient()
-        try:
+        with translate_errors(f"delete sandbox {sandbox_id}"), contextlib.suppress(DaytonaNotFoundError):
             sdk_sandbox = await client.get(self._check_id(sandbox_id))
             if not _gone(sdk_sandbox.state):
                 await client.delete(sdk_sandbox)
-        except DaytonaNotFoundError:
-            return
-        except DaytonaError as exc:
-            raise to_sandbox_error(exc, f"delete sandbox {sandbox_id}") from exc
 
     # -- list -------------------------------------------------------------------------------------
 
@@ -223,21 +197,17 @@ class DaytonaProvider(SandboxProvider[DaytonaSandbox]):
     ) -> SandboxPage:
         """One page of Daytona's own cursor pagination, filtered by labels on the server."""
         query = self._list_query(labels, cursor, limit)
-        try:
+        with translate_errors("list Daytona sandboxes"):
             # The SDK's public list() follows cursors itself; one page needs its REST client.
             response = self._clients.sync._sandbox_api.list_sandboxes(**query)
-        except _REST_ERRORS as exc:
-            raise to_sandbox_error(exc, "list Daytona sandboxes") from exc
         return self._page(response, labels)
 
     async def alist(
         self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
     ) -> SandboxPage:
         query = self._list_query(labels, cursor, limit)
-        try:
+        with translate_errors("list Daytona sandboxes"):
             response = await self._clients.aclient()._sandbox_api.list_sandboxes(**query)
-        except _REST_ERRORS as exc:
-            raise to_sandbox_error(exc, "list Daytona sandboxes") from exc
         return self._page(response, labels)
 
     async def aclose(self) -> None:

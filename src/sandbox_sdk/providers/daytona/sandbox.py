@@ -6,11 +6,16 @@ import asyncio
 import math
 import os
 import shlex
+import threading
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from daytona import (
+    AsyncDaytona,
     AsyncSandbox,
+    Daytona,
+    DaytonaConfig,
     DaytonaError,
     DaytonaTimeoutError,
     FileDownloadRequest,
@@ -23,13 +28,46 @@ from sandbox_sdk import errors
 from sandbox_sdk._core import check_path
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse, FileDownloadResponse, FileUploadResponse
-from sandbox_sdk.providers.daytona._clients import DaytonaClients
-from sandbox_sdk.providers.daytona._errors import to_sandbox_error
+from sandbox_sdk.providers.daytona._errors import translate_errors
 from sandbox_sdk.transfer import Progress, UploadSource, transfer_error
 
 #: Default timeout of one command, in seconds (the daemon's own default is 360 s).
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+
+
+class DaytonaClients:
+    """One sync ``Daytona`` client, and one ``AsyncDaytona`` per event loop.
+
+    ``AsyncDaytona`` keeps an aiohttp session bound to the loop that first used
+    it, so a client is made (lazily) for each running loop instead of shared."""
+
+    def __init__(self, config: DaytonaConfig) -> None:
+        self.config = config
+        # The SDK checks credentials here (DAYTONA_API_KEY, or DAYTONA_JWT_TOKEN with
+        # DAYTONA_ORGANIZATION_ID); failing now is the "clear error at construction".
+        with translate_errors("cannot create the Daytona client"):
+            self.sync = Daytona(config)
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncDaytona] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def aclient(self) -> AsyncDaytona:
+        """The async client of the running event loop (asyncio only)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._async.get(loop)
+            if client is None:
+                client = self._async[loop] = AsyncDaytona(self.config)
+            return client
+
+    async def aclose(self) -> None:
+        """Close the running loop's async client (its HTTP session)."""
+        with self._lock:
+            client = self._async.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.close()  # type: ignore[no-untyped-call]  # unannotated in the SDK
 
 
 class DaytonaSandbox(BaseSandbox):
@@ -75,10 +113,8 @@ class DaytonaSandbox(BaseSandbox):
 
     def _sync_sdk(self) -> Sandbox:
         if self._sdk_sandbox is None:
-            try:
+            with translate_errors(f"get sandbox {self._id}"):
                 self._sdk_sandbox = self._clients.sync.get(self._id)
-            except DaytonaError as exc:
-                raise to_sandbox_error(exc, f"get sandbox {self._id}") from exc
         return self._sdk_sandbox
 
     def _adopt_async(self, sandbox: AsyncSandbox) -> None:
@@ -89,10 +125,8 @@ class DaytonaSandbox(BaseSandbox):
         loop = asyncio.get_running_loop()
         sandbox = self._async_sandboxes.get(loop)
         if sandbox is None:
-            try:
+            with translate_errors(f"get sandbox {self._id}"):
                 sandbox = await self._clients.aclient().get(self._id)
-            except DaytonaError as exc:
-                raise to_sandbox_error(exc, f"get sandbox {self._id}") from exc
             self._async_sandboxes = {
                 known: value for known, value in self._async_sandboxes.items() if not known.is_closed()
             }
@@ -128,22 +162,20 @@ class DaytonaSandbox(BaseSandbox):
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
         wrapped, seconds = self._wrap(command), self._wire_timeout(timeout)
-        try:
-            reply = self._sync_sdk().process.exec(wrapped, timeout=seconds)
-        except DaytonaTimeoutError:
-            return ExecuteResponse(output="", exit_code=TIMEOUT_EXIT_CODE, timed_out=True)
-        except DaytonaError as exc:
-            raise to_sandbox_error(exc, f"execute in sandbox {self._id}") from exc
+        with translate_errors(f"execute in sandbox {self._id}"):
+            try:
+                reply = self._sync_sdk().process.exec(wrapped, timeout=seconds)
+            except DaytonaTimeoutError:
+                return ExecuteResponse(output="", exit_code=TIMEOUT_EXIT_CODE, timed_out=True)
         return self._response(reply.result, reply.exit_code)
 
     async def aexecute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
         wrapped, seconds = self._wrap(command), self._wire_timeout(timeout)
-        try:
-            reply = await (await self._async_sdk()).process.exec(wrapped, timeout=seconds)
-        except DaytonaTimeoutError:
-            return ExecuteResponse(output="", exit_code=TIMEOUT_EXIT_CODE, timed_out=True)
-        except DaytonaError as exc:
-            raise to_sandbox_error(exc, f"execute in sandbox {self._id}") from exc
+        with translate_errors(f"execute in sandbox {self._id}"):
+            try:
+                reply = await (await self._async_sdk()).process.exec(wrapped, timeout=seconds)
+            except DaytonaTimeoutError:
+                return ExecuteResponse(output="", exit_code=TIMEOUT_EXIT_CODE, timed_out=True)
         return self._response(reply.result, reply.exit_code)
 
     # -- native transfers ---------------------------------------------------------------------

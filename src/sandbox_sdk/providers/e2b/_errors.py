@@ -7,6 +7,9 @@ subclass its ``TimeoutException``, and ``AuthenticationException`` and
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import httpx
 from e2b import exceptions as e2b_errors
 
@@ -21,7 +24,7 @@ _ERRNO_TEXTS: tuple[tuple[str, type[errors.SandboxError]], ...] = (
 )
 
 
-def map_error(exc: BaseException, what: str, *, path: str | None = None) -> errors.SandboxError:
+def typed_error(exc: BaseException, what: str, *, path: str | None = None) -> errors.SandboxError:
     """The typed error for an exception the SDK raised while doing ``what``."""
     if isinstance(exc, errors.SandboxError):
         return exc
@@ -53,3 +56,15 @@ def map_error(exc: BaseException, what: str, *, path: str | None = None) -> erro
     if isinstance(exc, httpx.TransportError | OSError):
         return errors.ProviderUnavailableError(f"{what}: cannot reach E2B: {exc}")
     return errors.SandboxRuntimeError(f"{what}: {type(exc).__name__}: {exc}", path=path)
+
+
+@contextmanager
+def translate_errors(what: str, *, path: str | None = None) -> Iterator[None]:
+    """Raise what the SDK raises inside the block (anything but our own errors:
+    it also lets httpx and OS errors out) as its typed error, ``from`` the original."""
+    try:
+        yield
+    except errors.SandboxError:
+        raise
+    except Exception as exc:
+        raise typed_error(exc, what, path=path) from exc

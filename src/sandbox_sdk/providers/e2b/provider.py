@@ -18,7 +18,7 @@ from e2b import SandboxInfo as E2BSandboxInfo
 from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxInfo, SandboxPage
 from sandbox_sdk.provider import SandboxProvider
-from sandbox_sdk.providers.e2b._errors import map_error
+from sandbox_sdk.providers.e2b._errors import translate_errors
 from sandbox_sdk.providers.e2b.sandbox import DEFAULT_TIMEOUT, E2BSandbox, check_timeout
 
 #: Environment variable the SDK reads the API key from.
@@ -131,60 +131,44 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
 
     def _create(self, *, labels: dict[str, str], **options: Any) -> E2BSandbox:
         kwargs = self._create_kwargs(labels, options)
-        try:
+        with translate_errors("create an E2B sandbox"):
             return self._wrap(Sandbox.create(**kwargs))
-        except Exception as exc:
-            raise map_error(exc, "create an E2B sandbox") from exc
 
     def get(self, sandbox_id: str) -> E2BSandbox:
-        try:
+        with translate_errors(f"connect to E2B sandbox {sandbox_id}"):
             return self._wrap(Sandbox.connect(sandbox_id, **self._connection))
-        except Exception as exc:
-            raise map_error(exc, f"connect to E2B sandbox {sandbox_id}") from exc
 
     def list(
         self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
     ) -> SandboxPage:
         paginator = Sandbox.list(**self._list_kwargs(labels, cursor, limit))
-        try:
+        with translate_errors("list E2B sandboxes"):
             items = paginator.next_items()
-        except Exception as exc:
-            raise map_error(exc, "list E2B sandboxes") from exc
         return SandboxPage(items=[_info(item) for item in items], next_cursor=paginator.next_token)
 
     def delete(self, *, sandbox_id: str) -> None:
-        try:
+        with translate_errors(f"delete E2B sandbox {sandbox_id}"):
             Sandbox.kill(sandbox_id, **self._connection)  # False when already gone: success too
-        except Exception as exc:
-            raise map_error(exc, f"delete E2B sandbox {sandbox_id}") from exc
 
     # -- async ----------------------------------------------------------------------------
 
     async def _acreate(self, *, labels: dict[str, str], **options: Any) -> E2BSandbox:
         kwargs = self._create_kwargs(labels, options)
-        try:
+        with translate_errors("create an E2B sandbox"):
             return self._wrap(await AsyncSandbox.create(**kwargs))
-        except Exception as exc:
-            raise map_error(exc, "create an E2B sandbox") from exc
 
     async def aget(self, sandbox_id: str) -> E2BSandbox:
-        try:
+        with translate_errors(f"connect to E2B sandbox {sandbox_id}"):
             return self._wrap(await AsyncSandbox.connect(sandbox_id, **self._connection))
-        except Exception as exc:
-            raise map_error(exc, f"connect to E2B sandbox {sandbox_id}") from exc
 
     async def alist(
         self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
     ) -> SandboxPage:
         paginator = AsyncSandbox.list(**self._list_kwargs(labels, cursor, limit))
-        try:
+        with translate_errors("list E2B sandboxes"):
             items: builtins.list[E2BSandboxInfo] = await paginator.next_items()
-        except Exception as exc:
-            raise map_error(exc, "list E2B sandboxes") from exc
         return SandboxPage(items=[_info(item) for item in items], next_cursor=paginator.next_token)
 
     async def adelete(self, *, sandbox_id: str) -> None:
-        try:
+        with translate_errors(f"delete E2B sandbox {sandbox_id}"):
             await AsyncSandbox.kill(sandbox_id, **self._connection)
-        except Exception as exc:
-            raise map_error(exc, f"delete E2B sandbox {sandbox_id}") from exc

@@ -26,7 +26,7 @@ from sandbox_sdk import errors
 from sandbox_sdk._core import check_path, new_token
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse, FileDownloadResponse, FileUploadResponse
-from sandbox_sdk.providers.e2b._errors import map_error
+from sandbox_sdk.providers.e2b._errors import typed_error
 from sandbox_sdk.transfer import Progress, UploadSource, open_upload_source, transfer_error
 
 T = TypeVar("T")
@@ -146,7 +146,7 @@ class _CommandRun:
             exc, e2b_errors.SandboxNotRunningException | e2b_errors.SandboxUnreachableException
         ):
             return self.response(None, timed_out=True)
-        raise map_error(exc, "execute") from exc
+        raise typed_error(exc, "execute") from exc
 
 
 def _upload_one(path: str, data: UploadSource) -> FilesOp[tuple[FileUploadResponse, int]]:
@@ -278,7 +278,7 @@ class E2BSandbox(BaseSandbox):
                 try:
                     commands.run(run.group_kill(pid), timeout=GROUP_KILL_TIMEOUT)
                 except Exception as kill_exc:
-                    raise map_error(kill_exc, "kill a timed-out command") from kill_exc
+                    raise typed_error(kill_exc, "kill a timed-out command") from kill_exc
             return response
         return run.response(result.exit_code)
 
@@ -298,7 +298,7 @@ class E2BSandbox(BaseSandbox):
                 try:
                     await commands.run(run.group_kill(pid), timeout=GROUP_KILL_TIMEOUT)
                 except Exception as kill_exc:
-                    raise map_error(kill_exc, "kill a timed-out command") from kill_exc
+                    raise typed_error(kill_exc, "kill a timed-out command") from kill_exc
             return response
         return run.response(result.exit_code)
 
@@ -311,7 +311,7 @@ class E2BSandbox(BaseSandbox):
             try:
                 return getattr(files, call.method)(*call.args, **call.kwargs)
             except Exception as exc:
-                raise map_error(exc, f"files.{call.method}", path=str(call.args[0])) from exc
+                raise typed_error(exc, f"files.{call.method}", path=str(call.args[0])) from exc
 
         return kernel.run(operation, perform)
 
@@ -322,7 +322,7 @@ class E2BSandbox(BaseSandbox):
             try:
                 return await getattr(files, call.method)(*call.args, **call.kwargs)
             except Exception as exc:
-                raise map_error(exc, f"files.{call.method}", path=str(call.args[0])) from exc
+                raise typed_error(exc, f"files.{call.method}", path=str(call.args[0])) from exc
 
         return await kernel.arun(operation, perform)
 

@@ -37,20 +37,20 @@ _TRANSLATIONS: list[tuple[type[BaseException], type[errors.SandboxError]]] = [
 ]
 
 
-def translate(exc: BaseException, what: str, *, path: str | None = None) -> errors.SandboxError | None:
-    """Our error for a Modal one (``None`` if ``exc`` is not from Modal)."""
+def typed_error(exc: BaseException, what: str, *, path: str | None = None) -> errors.SandboxError:
+    """The typed error for an exception the SDK raised while doing ``what``."""
+    if isinstance(exc, errors.SandboxError):
+        return exc
     for modal_type, ours in _TRANSLATIONS:
         if isinstance(exc, modal_type):
             return ours(f"{what}: {exc or type(exc).__name__}", path=path)
-    return None
+    return errors.SandboxRuntimeError(f"{what}: {type(exc).__name__}: {exc}", path=path)
 
 
 @contextmanager
-def modal_errors(what: str, *, path: str | None = None) -> Iterator[None]:
-    """Re-raise Modal SDK exceptions inside the block as our typed errors."""
+def translate_errors(what: str, *, path: str | None = None) -> Iterator[None]:
+    """Raise what the SDK raises inside the block as its typed error, ``from`` the original."""
     try:
         yield
     except mx.Error as exc:
-        translated = translate(exc, what, path=path)
-        assert translated is not None
-        raise translated from exc
+        raise typed_error(exc, what, path=path) from exc

@@ -18,7 +18,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxInfo, SandboxPage
 from sandbox_sdk.provider import SandboxProvider, labels_match
-from sandbox_sdk.providers.modal._errors import modal_errors
+from sandbox_sdk.providers.modal._errors import translate_errors
 from sandbox_sdk.providers.modal.sandbox import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT, ModalSandbox
 
 #: The Modal app sandboxes are created in (and listed from) unless told otherwise.
@@ -115,18 +115,18 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
 
     def _get_app(self) -> modal.App:
         if self._app is None:
-            with modal_errors(f"look up Modal app {self.app_name!r}"):
+            with translate_errors(f"look up Modal app {self.app_name!r}"):
                 self._app = modal.App.lookup(self.app_name, create_if_missing=True, client=self.client)
         return self._app
 
     def _create(self, *, labels: dict[str, str], **options: Any) -> ModalSandbox:
         args = self._create_args(labels, options)
         app = self._get_app()
-        with modal_errors("create Modal sandbox"):
+        with translate_errors("create Modal sandbox"):
             return self._wrap(modal.Sandbox.create(app=app, **args))
 
     def get(self, sandbox_id: str) -> ModalSandbox:
-        with modal_errors(f"get sandbox {sandbox_id}"):
+        with translate_errors(f"get sandbox {sandbox_id}"):
             sandbox = modal.Sandbox.from_id(sandbox_id, client=self.client)
         if sandbox.returncode is not None:
             raise errors.SandboxNotFoundError(f"sandbox {sandbox_id} has finished")
@@ -140,7 +140,7 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
         was created, so paging goes on correctly even if that sandbox is deleted meanwhile."""
         app = self._get_app()
         page = _Page(cursor, limit)
-        with modal_errors("list Modal sandboxes"):
+        with translate_errors("list Modal sandboxes"):
             for by_creation_time in (False, True):
                 for sandbox in modal.Sandbox.list(
                     app_id=app.app_id, tags=dict(labels or {}), client=self.client
@@ -156,14 +156,15 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
         return page.result()
 
     def delete(self, *, sandbox_id: str) -> None:
-        with contextlib.suppress(errors.SandboxNotFoundError), modal_errors(f"delete sandbox {sandbox_id}"):
+        gone = contextlib.suppress(errors.SandboxNotFoundError)
+        with gone, translate_errors(f"delete sandbox {sandbox_id}"):
             modal.Sandbox.from_id(sandbox_id, client=self.client).terminate()
 
     # -- async (the SDK's .aio API) -------------------------------------------------------
 
     async def _aget_app(self) -> modal.App:
         if self._app is None:
-            with modal_errors(f"look up Modal app {self.app_name!r}"):
+            with translate_errors(f"look up Modal app {self.app_name!r}"):
                 self._app = await modal.App.lookup.aio(
                     self.app_name, create_if_missing=True, client=self.client
                 )
@@ -172,11 +173,11 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
     async def _acreate(self, *, labels: dict[str, str], **options: Any) -> ModalSandbox:
         args = self._create_args(labels, options)
         app = await self._aget_app()
-        with modal_errors("create Modal sandbox"):
+        with translate_errors("create Modal sandbox"):
             return self._wrap(await modal.Sandbox.create.aio(app=app, **args))
 
     async def aget(self, sandbox_id: str) -> ModalSandbox:
-        with modal_errors(f"get sandbox {sandbox_id}"):
+        with translate_errors(f"get sandbox {sandbox_id}"):
             sandbox = await modal.Sandbox.from_id.aio(sandbox_id, client=self.client)
         if sandbox.returncode is not None:
             raise errors.SandboxNotFoundError(f"sandbox {sandbox_id} has finished")
@@ -187,7 +188,7 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
     ) -> SandboxPage:
         app = await self._aget_app()
         page = _Page(cursor, limit)
-        with modal_errors("list Modal sandboxes"):
+        with translate_errors("list Modal sandboxes"):
             for by_creation_time in (False, True):
                 listing = modal.Sandbox.list.aio(
                     app_id=app.app_id, tags=dict(labels or {}), client=self.client
@@ -204,7 +205,8 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
         return page.result()
 
     async def adelete(self, *, sandbox_id: str) -> None:
-        with contextlib.suppress(errors.SandboxNotFoundError), modal_errors(f"delete sandbox {sandbox_id}"):
+        gone = contextlib.suppress(errors.SandboxNotFoundError)
+        with gone, translate_errors(f"delete sandbox {sandbox_id}"):
             sandbox = await modal.Sandbox.from_id.aio(sandbox_id, client=self.client)
             await sandbox.terminate.aio()
 

@@ -20,7 +20,7 @@ from sandbox_sdk import errors
 from sandbox_sdk._core import check_path, new_token
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse, FileDownloadResponse, FileUploadResponse
-from sandbox_sdk.providers.modal._errors import modal_errors
+from sandbox_sdk.providers.modal._errors import translate_errors
 from sandbox_sdk.transfer import Progress, UploadSource, open_upload_source, transfer_error
 
 #: Default timeout of one ``execute`` in seconds.
@@ -158,7 +158,7 @@ class ModalSandbox(BaseSandbox):
         script = self._check_command(command)
         seconds = self._exec_timeout(timeout)
         output = _Output(self.max_output_bytes)
-        with modal_errors(f"execute in {self.id}"):
+        with translate_errors(f"execute in {self.id}"):
             process = await self.sandbox.exec.aio(
                 "bash", "-c", script, timeout=seconds, workdir=self._workdir, text=False
             )
@@ -220,7 +220,7 @@ class ModalSandbox(BaseSandbox):
             if local is None:
                 continue
             with plan.failures(index):
-                with modal_errors(f"upload {path!r}", path=path):
+                with translate_errors(f"upload {path!r}", path=path):
                     if local.path is not None:
                         self.sandbox.filesystem.copy_from_local(local.path, target.staging)
                     else:
@@ -244,7 +244,7 @@ class ModalSandbox(BaseSandbox):
             if target is None or local is None:
                 return
             with plan.failures(index):
-                with modal_errors(f"upload {path!r}", path=path):
+                with translate_errors(f"upload {path!r}", path=path):
                     if local.path is not None:
                         await self.sandbox.filesystem.copy_from_local.aio(local.path, target.staging)
                     else:
@@ -268,7 +268,7 @@ class ModalSandbox(BaseSandbox):
         for index, path in enumerate(paths):
             with downloads.failures(index):
                 absolute = self._absolute(path, workdir)
-                with modal_errors(f"download {path!r}", path=path):
+                with translate_errors(f"download {path!r}", path=path):
                     downloads.done(index, self.sandbox.filesystem.read_bytes(absolute))
         return downloads.responses()
 
@@ -284,7 +284,7 @@ class ModalSandbox(BaseSandbox):
         async def one(index: int, path: str) -> None:
             with downloads.failures(index):
                 absolute = self._absolute(path, workdir)
-                with modal_errors(f"download {path!r}", path=path):
+                with translate_errors(f"download {path!r}", path=path):
                     downloads.done(index, await self.sandbox.filesystem.read_bytes.aio(absolute))
 
         await _concurrently(one, paths, self.transfer_concurrency)
