@@ -4,9 +4,10 @@ A provider implements four primitives (``_create``, ``get``, ``list``,
 ``delete``); this class derives ``get_or_create``, ``create`` (all or
 nothing: a sandbox that fails its health check is deleted before the error
 propagates), the cursor-following iterator, and async twins of all of them.
-The twins run the sync primitives in a worker thread unless a provider
-overrides the async primitives (``_acreate``, ``aget``, ``alist``,
-``adelete``) with a native async client.
+Each is written once, as a flow in :mod:`sandbox_sdk._provider_flows` that
+the kernel runs with the sync primitives or with the async ones. The async
+primitives run the sync ones in a worker thread unless a provider overrides
+them (``_acreate``, ``aget``, ``alist``, ``adelete``) with a native async client.
 """
 
 from __future__ import annotations
@@ -16,20 +17,36 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterator, Mapping
 from importlib.metadata import entry_points
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import anyio.to_thread
 
+from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors
-from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk._provider_flows import (
+    Create,
+    Delete,
+    Flow,
+    Get,
+    LifecycleFlows,
+    List,
+    Listing,
+    Lock,
+    Probe,
+    Request,
+    SandboxT,
+    Unlock,
+)
 from sandbox_sdk.models import SandboxInfo, SandboxPage
 
-SandboxT = TypeVar("SandboxT", bound=BaseSandbox)
+T = TypeVar("T")
 
 #: Entry-point group under which providers register, by name.
 ENTRY_POINT_GROUP = "sandbox_sdk.providers"
 #: Timeout of the liveness probe run before a sandbox is handed out.
 HEALTH_CHECK_TIMEOUT = 30.0
+#: The liveness probe: a sandbox is usable if this exits 0.
+PROBE_COMMAND = "true"
 
 
 def labels_match(have: Mapping[str, str], want: Mapping[str, str] | None) -> bool:
@@ -37,7 +54,7 @@ def labels_match(have: Mapping[str, str], want: Mapping[str, str] | None) -> boo
     return not want or all(have.get(key) == value for key, value in want.items())
 
 
-class SandboxProvider(ABC, Generic[SandboxT]):
+class SandboxProvider(LifecycleFlows[SandboxT], ABC):
     """Hands out sandboxes of one kind. See docs/provider-guide.md."""
 
     #: The name under which the provider is registered (entry point).
@@ -63,33 +80,49 @@ class SandboxProvider(ABC, Generic[SandboxT]):
     def delete(self, *, sandbox_id: str) -> None:
         """Delete a sandbox; deleting one that does not exist succeeds."""
 
-    # -- derived ----------------------------------------------------------------------------
-
-    def is_alive(self, sandbox: SandboxT) -> bool:
-        """Whether the sandbox answers a trivial command."""
-        try:
-            response = sandbox.execute("true", timeout=HEALTH_CHECK_TIMEOUT)
-        except Exception:  # noqa: BLE001 - any failure means "not usable"
-            return False
-        return response.exit_code == 0
-
-    def create(self, *, labels: Mapping[str, str] | None = None, **options: Any) -> SandboxT:
-        """A new sandbox, checked alive; deleted again if the check fails."""
-        sandbox = self._create(labels=dict(labels or {}), **options)
-        try:
-            if not self.is_alive(sandbox):
-                raise errors.SandboxRuntimeError(f"new sandbox {sandbox.id} failed its health check")
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self.delete(sandbox_id=sandbox.id)
-            raise
-        return sandbox
-
     def label_lock(self, labels: Mapping[str, str]) -> contextlib.AbstractContextManager[object]:
         """Held while ``get_or_create`` looks up and creates by labels. Providers
         that can (the local ones, with a file lock) make it exclusive across
-        processes, so concurrent callers get the same sandbox."""
+        processes, so concurrent callers get the same sandbox. It may block:
+        the async twins enter it in a worker thread."""
         return contextlib.nullcontext()
+
+    # -- async primitives: worker threads unless a provider has a native async client ----
+
+    async def _acreate(self, *, labels: dict[str, str], **options: Any) -> SandboxT:
+        return await anyio.to_thread.run_sync(lambda: self._create(labels=labels, **options))
+
+    async def aget(self, sandbox_id: str) -> SandboxT:
+        """Connect to an existing sandbox, or raise :class:`~sandbox_sdk.errors.SandboxNotFoundError`."""
+        return await anyio.to_thread.run_sync(self.get, sandbox_id)
+
+    async def alist(
+        self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
+    ) -> SandboxPage:
+        """A page of sandboxes carrying ``labels`` (at least), in a stable order."""
+        return await anyio.to_thread.run_sync(lambda: self.list(labels=labels, cursor=cursor, limit=limit))
+
+    async def adelete(self, *, sandbox_id: str) -> None:
+        """Delete a sandbox; deleting one that does not exist succeeds."""
+        await anyio.to_thread.run_sync(lambda: self.delete(sandbox_id=sandbox_id))
+
+    # -- derived: the flows of LifecycleFlows, run sync and async --------------------------
+
+    def is_alive(self, sandbox: SandboxT) -> bool:
+        """Whether the sandbox answers a trivial command."""
+        return self._drive(self._op_is_alive(sandbox))
+
+    async def ais_alive(self, sandbox: SandboxT) -> bool:
+        """Whether the sandbox answers a trivial command."""
+        return await self._adrive(self._op_is_alive(sandbox))
+
+    def create(self, *, labels: Mapping[str, str] | None = None, **options: Any) -> SandboxT:
+        """A new sandbox, checked alive; deleted again if the check fails."""
+        return self._drive(self._op_create(labels=labels, **options))
+
+    async def acreate(self, *, labels: Mapping[str, str] | None = None, **options: Any) -> SandboxT:
+        """A new sandbox, checked alive; deleted again if the check fails."""
+        return await self._adrive(self._op_create(labels=labels, **options))
 
     def get_or_create(
         self, *, sandbox_id: str | None = None, labels: Mapping[str, str] | None = None, **options: Any
@@ -97,100 +130,87 @@ class SandboxProvider(ABC, Generic[SandboxT]):
         """With ``sandbox_id``: that sandbox, or ``SandboxNotFoundError`` (never a
         new one). With ``labels``: a live sandbox carrying exactly those labels,
         or a new one with them. With neither: a new sandbox."""
-        if sandbox_id is not None:
-            sandbox = self.get(sandbox_id)
-            if not self.is_alive(sandbox):
-                raise errors.SandboxNotFoundError(f"sandbox {sandbox_id} exists but is not running")
-            return sandbox
-        if not labels:
-            return self.create(**options)
-        with self.label_lock(labels):
-            for info in self.iter_sandboxes(labels=labels):
-                if info.labels == dict(labels):
-                    with contextlib.suppress(errors.SandboxNotFoundError):
-                        sandbox = self.get(info.id)
-                        if self.is_alive(sandbox):
-                            return sandbox
-            return self.create(labels=labels, **options)
-
-    def iter_sandboxes(
-        self, *, labels: Mapping[str, str] | None = None, page_size: int = 100
-    ) -> Iterator[SandboxInfo]:
-        """Every sandbox carrying ``labels``, following cursors to the end."""
-        cursor: str | None = None
-        while True:
-            page = self.list(labels=labels, cursor=cursor, limit=page_size)
-            yield from page.items
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
-
-    # -- async twins ----------------------------------------------------------------------
-
-    async def _acreate(self, *, labels: dict[str, str], **options: Any) -> SandboxT:
-        return await anyio.to_thread.run_sync(lambda: self._create(labels=labels, **options))
-
-    async def aget(self, sandbox_id: str) -> SandboxT:
-        return await anyio.to_thread.run_sync(self.get, sandbox_id)
-
-    async def alist(
-        self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
-    ) -> SandboxPage:
-        return await anyio.to_thread.run_sync(lambda: self.list(labels=labels, cursor=cursor, limit=limit))
-
-    async def adelete(self, *, sandbox_id: str) -> None:
-        await anyio.to_thread.run_sync(lambda: self.delete(sandbox_id=sandbox_id))
-
-    async def ais_alive(self, sandbox: SandboxT) -> bool:
-        try:
-            response = await sandbox.aexecute("true", timeout=HEALTH_CHECK_TIMEOUT)
-        except Exception:  # noqa: BLE001 - any failure means "not usable"
-            return False
-        return response.exit_code == 0
-
-    async def acreate(self, *, labels: Mapping[str, str] | None = None, **options: Any) -> SandboxT:
-        sandbox = await self._acreate(labels=dict(labels or {}), **options)
-        try:
-            if not await self.ais_alive(sandbox):
-                raise errors.SandboxRuntimeError(f"new sandbox {sandbox.id} failed its health check")
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await self.adelete(sandbox_id=sandbox.id)
-            raise
-        return sandbox
+        return self._drive(self._op_get_or_create(sandbox_id=sandbox_id, labels=labels, **options))
 
     async def aget_or_create(
         self, *, sandbox_id: str | None = None, labels: Mapping[str, str] | None = None, **options: Any
     ) -> SandboxT:
-        if sandbox_id is not None:
-            sandbox = await self.aget(sandbox_id)
-            if not await self.ais_alive(sandbox):
-                raise errors.SandboxNotFoundError(f"sandbox {sandbox_id} exists but is not running")
-            return sandbox
-        if not labels:
-            return await self.acreate(**options)
-        if type(self).label_lock is not SandboxProvider.label_lock:
-            # A blocking cross-process lock: run the whole lookup in a thread.
-            return await anyio.to_thread.run_sync(lambda: self.get_or_create(labels=labels, **options))
-        async for info in self.aiter_sandboxes(labels=labels):
-            if info.labels == dict(labels):
-                with contextlib.suppress(errors.SandboxNotFoundError):
-                    sandbox = await self.aget(info.id)
-                    if await self.ais_alive(sandbox):
-                        return sandbox
-        return await self.acreate(labels=labels, **options)
+        """With ``sandbox_id``: that sandbox, or ``SandboxNotFoundError`` (never a
+        new one). With ``labels``: a live sandbox carrying exactly those labels,
+        or a new one with them. With neither: a new sandbox."""
+        return await self._adrive(self._op_get_or_create(sandbox_id=sandbox_id, labels=labels, **options))
+
+    def iter_sandboxes(
+        self, *, labels: Mapping[str, str] | None = None, page_size: int = 100
+    ) -> Iterator[SandboxInfo]:
+        """Every sandbox carrying ``labels``, following cursors to the end (a
+        page is fetched when the iteration reaches it)."""
+        listing = Listing(labels, page_size)
+        while not listing.done:
+            yield from self._drive(listing.next_page())
 
     async def aiter_sandboxes(
         self, *, labels: Mapping[str, str] | None = None, page_size: int = 100
     ) -> AsyncIterator[SandboxInfo]:
-        cursor: str | None = None
-        while True:
-            page = await self.alist(labels=labels, cursor=cursor, limit=page_size)
-            for info in page.items:
+        """Every sandbox carrying ``labels``, following cursors to the end (a
+        page is fetched when the iteration reaches it)."""
+        listing = Listing(labels, page_size)
+        while not listing.done:
+            for info in await self._adrive(listing.next_page()):
                 yield info
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
+
+    # -- the kernel's performers ---------------------------------------------------------
+
+    def _perform(self, request: Request) -> Any:
+        """One request of a flow, with the sync primitives."""
+        match request:
+            case Get(sandbox_id):
+                return self.get(sandbox_id)
+            case List(labels, cursor, limit):
+                return self.list(labels=labels, cursor=cursor, limit=limit)
+            case Create(labels, options):
+                return self._create(labels=labels, **options)
+            case Probe(sandbox):
+                return sandbox.execute(PROBE_COMMAND, timeout=HEALTH_CHECK_TIMEOUT)
+            case Delete(sandbox_id):
+                return self.delete(sandbox_id=sandbox_id)
+            case Lock(labels):
+                return enter(self.label_lock(labels))
+            case Unlock(held):
+                return held.__exit__(None, None, None)
+
+    async def _aperform(self, request: Request) -> Any:
+        """One request of a flow, with the async primitives; a blocking label
+        lock is entered in a worker thread, the flow stays on the event loop."""
+        match request:
+            case Get(sandbox_id):
+                return await self.aget(sandbox_id)
+            case List(labels, cursor, limit):
+                return await self.alist(labels=labels, cursor=cursor, limit=limit)
+            case Create(labels, options):
+                return await self._acreate(labels=labels, **options)
+            case Probe(sandbox):
+                return await sandbox.aexecute(PROBE_COMMAND, timeout=HEALTH_CHECK_TIMEOUT)
+            case Delete(sandbox_id):
+                return await self.adelete(sandbox_id=sandbox_id)
+            case Lock(labels):
+                return await anyio.to_thread.run_sync(enter, self.label_lock(labels))
+            case Unlock(held):
+                return held.__exit__(None, None, None)
+
+    def _drive(self, flow: Flow[T]) -> T:
+        """Run a flow with the sync primitives."""
+        return kernel.run(flow, self._perform)
+
+    async def _adrive(self, flow: Flow[T]) -> T:
+        """Run a flow with the async primitives; clean-up after a cancellation runs shielded."""
+        return await kernel.arun(flow, self._aperform)
+
+
+def enter(lock: contextlib.AbstractContextManager[object]) -> contextlib.AbstractContextManager[object]:
+    """Enter ``lock`` and return it, for the :class:`Unlock` that leaves it."""
+    lock.__enter__()
+    return lock
 
 
 def available_providers() -> builtins.list[str]:

@@ -249,6 +249,15 @@ def check_seconds(name: str, value: object) -> float | None:
     return float(value)
 
 
+def run_setup(sandbox: BaseSandbox, setup: str) -> None:
+    """Run a new sandbox's ``setup`` command; a non-zero exit is an error carrying its output."""
+    response = sandbox.execute(setup, timeout=SETUP_TIMEOUT)
+    if response.exit_code != 0:
+        raise errors.SandboxRuntimeError(
+            f"setup of sandbox {sandbox.id} failed (exit {response.exit_code}): {response.output[-2000:]}"
+        )
+
+
 class HostStateProvider(SandboxProvider[SandboxT]):
     """A provider whose sandboxes are directories in a :class:`SandboxStore`.
 
@@ -274,19 +283,7 @@ class HostStateProvider(SandboxProvider[SandboxT]):
         return options
 
     def _create(self, *, labels: dict[str, str], **options: Any) -> SandboxT:
-        unknown = set(options) - COMMON_OPTIONS - self.extra_options
-        if unknown:
-            raise errors.InvalidArgumentError(
-                f"unknown option(s) for the {self.name} provider: {', '.join(sorted(unknown))}"
-            )
-        for key, value in labels.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise errors.InvalidArgumentError("labels must map str to str")
-        ttl = check_seconds("ttl", options.pop("ttl", None))
-        idle_timeout = check_seconds("idle_timeout", options.pop("idle_timeout", None))
-        setup = options.pop("setup", None)
-        if setup is not None and not isinstance(setup, str):
-            raise errors.InvalidArgumentError("setup must be a shell command (str)")
+        ttl, idle_timeout, setup = self._check_options(labels, options)
         sandbox_id = self.store.new_id()
 
         def build(staging: Path) -> SandboxRecord:
@@ -304,16 +301,32 @@ class HostStateProvider(SandboxProvider[SandboxT]):
         try:
             sandbox = self._open(self.store.load(sandbox_id), directory)
             if setup is not None:
-                response = sandbox.execute(setup, timeout=SETUP_TIMEOUT)
-                if response.exit_code != 0:
-                    raise errors.SandboxRuntimeError(
-                        f"setup of sandbox {sandbox_id} failed (exit {response.exit_code}): "
-                        f"{response.output[-2000:]}"
-                    )
+                run_setup(sandbox, setup)
         except BaseException:
             self.store.remove(sandbox_id)
             raise
         return sandbox
+
+    def _check_options(
+        self, labels: dict[str, str], options: dict[str, Any]
+    ) -> tuple[float | None, float | None, str | None]:
+        """Refuse bad labels and options before anything exists; take the common
+        options out of ``options`` and return them (``ttl``, ``idle_timeout``,
+        ``setup``), leaving the subclass's own."""
+        unknown = set(options) - COMMON_OPTIONS - self.extra_options
+        if unknown:
+            raise errors.InvalidArgumentError(
+                f"unknown option(s) for the {self.name} provider: {', '.join(sorted(unknown))}"
+            )
+        for key, value in labels.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise errors.InvalidArgumentError("labels must map str to str")
+        ttl = check_seconds("ttl", options.pop("ttl", None))
+        idle_timeout = check_seconds("idle_timeout", options.pop("idle_timeout", None))
+        setup = options.pop("setup", None)
+        if setup is not None and not isinstance(setup, str):
+            raise errors.InvalidArgumentError("setup must be a shell command (str)")
+        return ttl, idle_timeout, setup
 
     def get(self, sandbox_id: str) -> SandboxT:
         record = self.store.load(sandbox_id)
@@ -344,15 +357,23 @@ class HostStateProvider(SandboxProvider[SandboxT]):
     def list(
         self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
     ) -> SandboxPage:
+        """A page of :meth:`SandboxStore.page` as infos. A page whose every
+        sandbox was deleted while it was read is skipped for the next one, so
+        a page is empty only at the end."""
         while True:
             records, next_cursor = self.store.page(labels, cursor, limit)
-            items = []
-            for record in records:
-                with contextlib.suppress(errors.SandboxNotFoundError):  # deleted meanwhile
-                    items.append(self.info(record))
+            items = self._infos(records)
             if items or next_cursor is None:
                 return SandboxPage(items=items, next_cursor=next_cursor)
             cursor = next_cursor
+
+    def _infos(self, records: builtins.list[SandboxRecord]) -> builtins.list[SandboxInfo]:
+        """The records' infos, leaving out sandboxes deleted meanwhile."""
+        items = []
+        for record in records:
+            with contextlib.suppress(errors.SandboxNotFoundError):
+                items.append(self.info(record))
+        return items
 
     def delete(self, *, sandbox_id: str) -> None:
         self.store.remove(sandbox_id)

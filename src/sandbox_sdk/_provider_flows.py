@@ -1,0 +1,177 @@
+"""A provider's lifecycle, written once as flows for the kernel.
+
+A flow yields requests (:class:`Get`, :class:`List`, :class:`Create`,
+:class:`Probe`, :class:`Delete`, and :class:`Lock` / :class:`Unlock` around a
+lookup by labels) and receives their replies. ``SandboxProvider`` performs
+them with its sync primitives (``get``, ``list``, ``_create``, ``delete``,
+``label_lock``) in ``_perform`` and with the async ones in ``_aperform``, so
+``get_or_create`` and ``aget_or_create`` share one body and one set of rules:
+all-or-nothing creation, exact label matches, the lock released however the
+flow ends. tests/test_provider_flows.py drives the flows with scripted replies.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+from collections.abc import Generator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from sandbox_sdk import errors
+from sandbox_sdk._kernel import can_clean_up
+from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.models import ExecuteResponse, SandboxInfo, SandboxPage
+
+SandboxT = TypeVar("SandboxT", bound=BaseSandbox)
+T = TypeVar("T")
+
+#: Sandboxes per ``list`` call when ``get_or_create`` looks for one by labels.
+LOOKUP_PAGE_SIZE = 100
+
+
+@dataclass(frozen=True)
+class Get:
+    """Connect to a sandbox (``get``); replies with it."""
+
+    sandbox_id: str
+
+
+@dataclass(frozen=True)
+class List:
+    """One page of ``list``; replies with a :class:`~sandbox_sdk.models.SandboxPage`."""
+
+    labels: Mapping[str, str] | None
+    cursor: str | None
+    limit: int
+
+
+@dataclass(frozen=True)
+class Create:
+    """Make a sandbox (``_create``); replies with it, not yet checked alive."""
+
+    labels: dict[str, str]
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Run the liveness command in a sandbox; replies with its ``ExecuteResponse``."""
+
+    sandbox: BaseSandbox
+
+
+@dataclass(frozen=True)
+class Delete:
+    """Delete a sandbox (``delete``); idempotent."""
+
+    sandbox_id: str
+
+
+@dataclass(frozen=True)
+class Lock:
+    """Enter the provider's ``label_lock`` for ``labels``; replies with the held lock."""
+
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Unlock:
+    """Leave a lock a :class:`Lock` request entered."""
+
+    held: AbstractContextManager[object]
+
+
+Request = Get | List | Create | Probe | Delete | Lock | Unlock
+#: A lifecycle flow returning ``T``.
+Flow = Generator[Request, Any, T]
+
+
+@dataclass
+class Listing:
+    """How far a walk through ``list`` pages has got: the next cursor, or done.
+    Each :meth:`next_page` is a flow of one request, so a lazy iterator can
+    run one per page it reaches."""
+
+    labels: Mapping[str, str] | None
+    page_size: int
+    cursor: str | None = None
+    done: bool = False
+
+    def next_page(self) -> Flow[builtins.list[SandboxInfo]]:
+        page: SandboxPage = yield List(self.labels, self.cursor, self.page_size)
+        self.cursor, self.done = page.next_cursor, page.next_cursor is None
+        return page.items
+
+
+def locked(labels: Mapping[str, str], flow: Flow[T]) -> Flow[T]:
+    """``flow`` under the label lock, released however it ends."""
+    held = yield Lock(labels)
+    try:
+        result = yield from flow
+    except BaseException as exc:
+        if can_clean_up(exc):
+            yield Unlock(held)
+        raise
+    yield Unlock(held)
+    return result
+
+
+class LifecycleFlows(Generic[SandboxT]):
+    """The derived lifecycle operations, each declared once with its public
+    signature and docstring; ``SandboxProvider`` runs them sync and async."""
+
+    def _op_is_alive(self, sandbox: SandboxT) -> Flow[bool]:
+        """Whether the sandbox answers a trivial command."""
+        try:
+            response: ExecuteResponse = yield Probe(sandbox)
+        except Exception:  # noqa: BLE001 - any failure means "not usable"
+            return False
+        return response.exit_code == 0
+
+    def _op_create(self, *, labels: Mapping[str, str] | None = None, **options: Any) -> Flow[SandboxT]:
+        """A new sandbox, checked alive; deleted again if the check fails."""
+        sandbox: SandboxT = yield Create(dict(labels or {}), options)
+        try:
+            if not (yield from self._op_is_alive(sandbox)):
+                raise errors.SandboxRuntimeError(f"new sandbox {sandbox.id} failed its health check")
+        except BaseException as exc:
+            if can_clean_up(exc):
+                with contextlib.suppress(Exception):  # the original failure is the one to report
+                    yield Delete(sandbox.id)
+            raise
+        return sandbox
+
+    def _op_get_or_create(
+        self, *, sandbox_id: str | None = None, labels: Mapping[str, str] | None = None, **options: Any
+    ) -> Flow[SandboxT]:
+        """With ``sandbox_id``: that sandbox, or ``SandboxNotFoundError`` (never a
+        new one). With ``labels``: a live sandbox carrying exactly those labels,
+        or a new one with them. With neither: a new sandbox."""
+        if sandbox_id is not None:
+            return (yield from self._get_live(sandbox_id))
+        if not labels:
+            return (yield from self._op_create(**options))
+        return (yield from locked(labels, self._reuse_or_create(labels, options)))
+
+    def _get_live(self, sandbox_id: str) -> Flow[SandboxT]:
+        """That sandbox, checked alive; ``SandboxNotFoundError`` if it is missing or dead."""
+        sandbox: SandboxT = yield Get(sandbox_id)
+        if not (yield from self._op_is_alive(sandbox)):
+            raise errors.SandboxNotFoundError(f"sandbox {sandbox_id} exists but is not running")
+        return sandbox
+
+    def _reuse_or_create(self, labels: Mapping[str, str], options: dict[str, Any]) -> Flow[SandboxT]:
+        """The first live sandbox carrying exactly ``labels``, else a new one."""
+        wanted = dict(labels)
+        listing = Listing(labels, LOOKUP_PAGE_SIZE)
+        while not listing.done:
+            for info in (yield from listing.next_page()):
+                if info.labels != wanted:
+                    continue
+                try:
+                    return (yield from self._get_live(info.id))
+                except errors.SandboxNotFoundError:
+                    continue  # deleted or dead since it was listed
+        return (yield from self._op_create(labels=labels, **options))
