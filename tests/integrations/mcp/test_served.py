@@ -9,7 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import anyio
 import anyio.to_thread
@@ -25,6 +25,20 @@ from tests.integrations.mcp.kit import TOOLS, connect, ok, refused
 
 #: Longest wait for one line from the server process.
 LINE_TIMEOUT = 30.0
+#: A 2025 client's first messages, written by hand: initialize, then one tool call.
+HANDSHAKE_AND_ONE_CALL: list[dict[str, Any]] = [
+    {
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    },
+    {"method": "notifications/initialized"},
+    {"id": 2, "method": "tools/call", "params": {"name": "execute", "arguments": {"command": "echo hi"}}},
+]
 
 
 def server_args(provider: str, state_dir: Path, *extra: str) -> list[str]:
@@ -83,26 +97,14 @@ async def test_over_stdio(provider: str, tmp_path: Path, client_dir: Path) -> No
 async def test_a_signal_deletes_the_session_sandbox(
     tmp_path: Path, processes: list[subprocess.Popen[bytes]]
 ) -> None:
-    """Killed while the client still holds stdin (2025 handshake, by hand)."""
+    """Killed while the client still holds stdin open."""
     state = tmp_path / "state"
     server = subprocess.Popen(
         [sys.executable, *server_args("local", state)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
     processes.append(server)
     assert server.stdin is not None and server.stdout is not None
-    for message in (
-        {
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "test", "version": "0"},
-            },
-        },
-        {"method": "notifications/initialized"},
-        {"id": 2, "method": "tools/call", "params": {"name": "execute", "arguments": {"command": "echo hi"}}},
-    ):
+    for message in HANDSHAKE_AND_ONE_CALL:
         server.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
     server.stdin.flush()
     assert json.loads(await read_line(server.stdout))["id"] == 1
