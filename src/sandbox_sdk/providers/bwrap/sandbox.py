@@ -138,6 +138,14 @@ def _system_mounts(extra_ro_binds: Sequence[str]) -> list[str]:
     return args
 
 
+def _shared_memory(limits: ResourceLimits) -> list[str]:
+    """A private ``/dev/shm`` every user may write (POSIX semaphores and
+    shared memory, ``multiprocessing`` locks), capped at ``memory_bytes``:
+    tmpfs pages count towards no process's address space limit."""
+    size = [] if limits.memory_bytes is None else ["--size", str(limits.memory_bytes)]
+    return ["--perms", "01777", *size, "--tmpfs", "/dev/shm"]
+
+
 class Jail:
     """How to start a bwrap jail on this host, checked once by :meth:`probe`.
 
@@ -200,6 +208,7 @@ class Jail:
         argv += [
             "--proc", "/proc",
             "--dev", "/dev",
+            *_shared_memory(limits),
             "--bind", str(workspace), WORKSPACE_PATH,
             "--bind", str(tmp_dir), "/tmp",
             "--remount-ro", "/",  # the jail's own root and /etc: nothing to write there
