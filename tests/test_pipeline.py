@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from sandbox_sdk import _core
+from sandbox_sdk._calls import ShellCall
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import InjectedFault, LimitedSandbox
@@ -157,7 +158,7 @@ def test_replies_are_consumed_in_call_order_whatever_order_they_finish_in() -> N
             return ExecuteResponse(output=command, exit_code=0)
 
     seen: list[str] = []
-    calls = (_core.Call(raw_command=str(n)) for n in range(10))
+    calls = (ShellCall(str(n)) for n in range(10))
 
     def operation() -> _core.Operation[None]:
         yield _core.Pipeline(calls, lambda reply: seen.append(reply.output), window=4)
@@ -165,7 +166,7 @@ def test_replies_are_consumed_in_call_order_whatever_order_they_finish_in() -> N
     Echo()._drive(operation())
     assert seen == [str(n) for n in range(10)]
     seen.clear()
-    calls = (_core.Call(raw_command=str(n)) for n in range(10))
+    calls = (ShellCall(str(n)) for n in range(10))
     anyio.run(Echo()._adrive, operation())
     assert seen == [str(n) for n in range(10)]
 

@@ -1,9 +1,10 @@
 """The transport layer of :class:`~sandbox_sdk.BaseSandbox`: ``execute()``
 plus the drivers that run operations over it.
 
-Every operation is written once, as a generator that yields :class:`Call`
-objects (and :class:`Pipeline` s of many calls, kept in flight a few at a
-time) and receives each call's decoded reply. :meth:`SandboxCore._drive`
+Every operation is written once, as a generator that yields calls
+(:mod:`sandbox_sdk._calls`: one ``execute()`` round trip each, typed by
+their reply) and :class:`Pipeline` s of many calls, kept in flight a few at a
+time, and receives each call's decoded reply. :meth:`SandboxCore._drive`
 runs such a generator with ``execute`` and :meth:`SandboxCore._adrive` with
 ``aexecute``, so the sync and async APIs share every line of logic and
 differ only in how they wait.
@@ -15,19 +16,21 @@ import os
 import secrets
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.to_thread
 
 from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors, protocol
+from sandbox_sdk._calls import Call
 from sandbox_sdk.models import ExecuteResponse
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 PathArg = str | bytes | os.PathLike[str]
 
@@ -38,21 +41,7 @@ CLEANUP_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
-class Call:
-    """One ``execute()`` round trip: a script call, or a raw command."""
-
-    module: str = ""
-    args: dict[str, Any] = field(default_factory=dict)
-    blobs: Sequence[bytes] = ()
-    what: str = "operation"
-    raw_command: str | None = None
-    passthrough: bool = False  # the reply is the command's own ExecuteResponse (``run``)
-    timeout: float | None = None
-    lazy_blobs: bool = False  # the reply's blobs are ``protocol.LazyBlob`` s
-
-
-@dataclass(frozen=True)
-class Pipeline:
+class Pipeline(Generic[R]):
     """Many calls, up to ``window`` of them in flight at once.
 
     ``calls`` is drawn lazily and each reply is handed to ``consume`` in call
@@ -68,8 +57,8 @@ class Pipeline:
     called once that call is under way (so its memory adds to one call's, not
     the window's), before any reply is consumed."""
 
-    calls: Iterable[Call | NativeRequest]
-    consume: Callable[[Any], None]
+    calls: Iterable[Call[R] | NativeRequest]
+    consume: Callable[[R], None]
     window: int = 1
     meanwhile: Callable[[], None] = lambda: None
 
@@ -81,7 +70,7 @@ class NativeRequest:
     carries them out, handing every other request to ``super()``."""
 
 
-Request = Call | Pipeline | NativeRequest
+Request = Call[Any] | Pipeline[Any] | NativeRequest
 Operation = Generator[Request, Any, T]
 
 
@@ -160,18 +149,19 @@ class SandboxCore(ABC):
 
     # -- budgets -------------------------------------------------------------
 
-    def _blob_capacity(self, module: str, args: dict[str, Any]) -> int:
-        """Raw bytes one blob may hold in a command for ``module`` with ``args``."""
-        room = self.max_command_bytes - protocol.command_overhead(module, args)
+    def _blob_capacity(self, op: str, args: Mapping[str, Any]) -> int:
+        """Raw bytes one blob may hold in a command for operation ``op`` with ``args``."""
+        overhead = protocol.command_overhead(op, args)
+        room = self.max_command_bytes - overhead
         if room < 1024:
             raise errors.SandboxRuntimeError(
                 f"max_command_bytes={self.max_command_bytes} leaves no room for data "
-                f"(the {module} script alone needs {protocol.command_overhead(module, args)} bytes)"
+                f"(the {protocol.module_of(op)} script alone needs {overhead} bytes)"
             )
         return protocol.blob_capacity(room)
 
-    def _fits(self, module: str, args: dict[str, Any], size: int) -> bool:
-        return size <= self._blob_capacity(module, args)
+    def _fits(self, op: str, args: Mapping[str, Any], size: int) -> bool:
+        return size <= self._blob_capacity(op, args)
 
     def _result_budget(self) -> int:
         """Raw bytes a script may put in its result frame."""
@@ -184,61 +174,36 @@ class SandboxCore(ABC):
 
     # -- one round trip ------------------------------------------------------
 
-    def _prepare(self, call: Call) -> tuple[str, str]:
-        if call.raw_command is not None:
-            return call.raw_command, ""
-        command, nonce = protocol.build_command(call.module, call.args, call.blobs)
-        size = protocol.command_bytes(command)
-        if size > self.max_command_bytes:
-            raise errors.SandboxRuntimeError(
-                f"{call.what}: command of {size} bytes exceeds max_command_bytes="
-                f"{self.max_command_bytes} (please report: operations should stage large data)"
-            )
-        return command, nonce
-
-    def _timeout(self, call: Call) -> float | None:
-        """A file operation's round trip gets ``operation_timeout``; a user's
-        command (``execute``, ``run``) without one gets the provider's default."""
-        if call.timeout is not None or call.raw_command is not None or call.passthrough:
-            return call.timeout
-        return self.operation_timeout
-
     @staticmethod
-    def _decode(call: Call, nonce: str, response: ExecuteResponse) -> Any:
-        if call.raw_command is not None:
-            return response
-        if call.passthrough:
-            return protocol.passthrough_result(response, nonce, call.what)
-        return protocol.parse_result(response, nonce, call.what, lazy_blobs=call.lazy_blobs)
-
-    @staticmethod
-    def _provider_failure(call: Call, exc: Exception) -> errors.SandboxError:
+    def _provider_failure(call: Call[Any], exc: Exception) -> errors.SandboxError:
         if isinstance(exc, errors.SandboxError):
             return exc
         if isinstance(exc, TimeoutError):
             return errors.SandboxTimeoutError(f"{call.what} timed out: {exc}")
         return errors.SandboxRuntimeError(f"{call.what}: the provider failed: {type(exc).__name__}: {exc}")
 
-    def _invoke(self, call: Call) -> Any:
-        command, nonce = self._prepare(call)
+    def _invoke(self, call: Call[R]) -> R:
+        """One call: a file operation's round trip gets ``operation_timeout``,
+        a user's command (``execute``, ``run``) its own or the provider's default."""
+        command, nonce = call.command(self.max_command_bytes)
         try:
-            response = self.execute(command, timeout=self._timeout(call))
+            response = self.execute(command, timeout=call.timeout_or(self.operation_timeout))
         except Exception as exc:
             raise self._provider_failure(call, exc) from exc
-        return self._decode(call, nonce, response)
+        return call.decode(response, nonce)
 
-    async def _ainvoke(self, call: Call) -> Any:
+    async def _ainvoke(self, call: Call[R]) -> R:
         if type(self).aexecute is SandboxCore.aexecute:
             # No native async client: the whole round trip, building the
             # command and decoding the reply included, runs in the worker
             # thread, so megabytes of base64 never stall the event loop.
             return await anyio.to_thread.run_sync(self._invoke, call)
-        command, nonce = self._prepare(call)
+        command, nonce = call.command(self.max_command_bytes)
         try:
-            response = await self.aexecute(command, timeout=self._timeout(call))
+            response = await self.aexecute(command, timeout=call.timeout_or(self.operation_timeout))
         except Exception as exc:
             raise self._provider_failure(call, exc) from exc
-        return self._decode(call, nonce, response)
+        return call.decode(response, nonce)
 
     # -- drivers ---------------------------------------------------------------
 
@@ -267,7 +232,7 @@ class SandboxCore(ABC):
         """Run an operation with ``aexecute``; clean-up after a cancellation runs shielded."""
         return await kernel.arun(operation, self._aperform)
 
-    def _run_pipeline(self, pipeline: Pipeline) -> None:
+    def _run_pipeline(self, pipeline: Pipeline[Any]) -> None:
         """Keep the window full with worker threads. ``execute`` must therefore
         be thread-safe, as the default ``aexecute`` already requires; a
         provider that is not sets ``transfer_concurrency = 1``.
@@ -303,7 +268,7 @@ class SandboxCore(ABC):
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
-    async def _arun_pipeline(self, pipeline: Pipeline) -> None:
+    async def _arun_pipeline(self, pipeline: Pipeline[Any]) -> None:
         """Keep the window full with tasks; a cancellation cancels the calls in flight."""
         in_flight: deque[_PendingReply] = deque()
         failure: Exception | None = None
@@ -340,7 +305,7 @@ class _PendingReply:
         self._value: Any = None
         self._error: Exception | None = None
 
-    async def fill(self, invoke: Callable[[Any], Awaitable[Any]], call: Call | NativeRequest) -> None:
+    async def fill(self, invoke: Callable[[Any], Awaitable[Any]], call: Call[Any] | NativeRequest) -> None:
         try:
             self._value = await invoke(call)
         except Exception as exc:  # noqa: BLE001 - re-raised by get(), in call order

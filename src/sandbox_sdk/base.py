@@ -15,11 +15,11 @@ import io
 import os
 import posixpath
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox_sdk import errors, protocol
+from sandbox_sdk._calls import DELETE, EDIT, GLOB, GREP, LS, MKDIR, READ, STAT, WRITE, RunCall, ShellCall
 from sandbox_sdk._core import (
-    Call,
     Operation,
     PathArg,
     check_flag,
@@ -41,6 +41,9 @@ from sandbox_sdk.models import (
 )
 from sandbox_sdk.transfer import TransferMethods
 
+if TYPE_CHECKING:
+    from sandbox_sdk.remote._runtime import Entry
+
 #: Default cap of ``read_bytes``: the whole file is held in memory.
 DEFAULT_MAX_READ_BYTES = 64 * 1024 * 1024
 #: Longest line text ``grep`` returns; longer lines are cut and flagged.
@@ -50,7 +53,7 @@ GREP_LINE_BYTES = 1000
 ARGUMENT_STAGING_DIR = "/tmp"
 
 
-def file_info(item: Mapping[str, Any]) -> FileInfo:
+def file_info(item: Entry) -> FileInfo:
     path = protocol.decode_path(item["path"])
     return FileInfo(
         path=path,
@@ -83,9 +86,8 @@ class BaseSandbox(TransferMethods):
         if not isinstance(command, str):
             raise errors.InvalidArgumentError("command must be a str")
         if cwd is None and not env and stdin is None:
-            response: ExecuteResponse = yield Call(raw_command=command, timeout=timeout)
-            return response
-        args: dict[str, Any] = {"op": "run", "command": protocol.encode_path(command.encode("utf-8"))}
+            return (yield from ShellCall(command, timeout))
+        args: dict[str, Any] = {"command": protocol.encode_path(command.encode("utf-8"))}
         if cwd is not None:
             args["cwd"] = check_path(cwd, "cwd")
         if env:
@@ -105,7 +107,7 @@ class BaseSandbox(TransferMethods):
                 )
                 yield from self._op_stage(args["stdin"], io.BytesIO(data), False, None)
         try:
-            response = yield Call("run", args, blobs, what="run", passthrough=True, timeout=timeout)
+            response = yield from RunCall(args=args, blobs=blobs, timeout=timeout)
         except BaseException as exc:
             if can_clean_up(exc):
                 yield from self._op_discard([args["stdin"]] if isinstance(args.get("stdin"), str) else [])
@@ -143,8 +145,8 @@ class BaseSandbox(TransferMethods):
         entries: list[FileInfo] = []
         start: int | None = 0
         while start is not None:
-            args = {"op": "ls", "path": encoded, "start": start, "budget": self._result_budget()}
-            value, _ = yield Call("ls", args, what=f"ls {os.fsdecode(path)!r}")
+            args = {"path": encoded, "start": start, "budget": self._result_budget()}
+            value, _ = yield from LS(args, what=f"ls {os.fsdecode(path)!r}")
             entries.extend(file_info(item) for item in value["entries"])
             start = value["next"]
         return entries
@@ -157,7 +159,7 @@ class BaseSandbox(TransferMethods):
         return await self._adrive(self._op_ls(path))
 
     def _op_stat(self, path: PathArg) -> Operation[FileInfo]:
-        value, _ = yield Call("ls", {"op": "stat", "path": check_path(path)}, what="stat")
+        value, _ = yield from STAT({"path": check_path(path)}, what="stat")
         return file_info(value)
 
     def stat(self, path: PathArg) -> FileInfo:
@@ -171,13 +173,12 @@ class BaseSandbox(TransferMethods):
 
     def _op_read(self, path: PathArg, offset: int, limit: int | None) -> Operation[ReadResult]:
         args = {
-            "op": "read",
             "path": check_path(path),
             "offset": check_int("offset", offset, 0),
             "limit": None if limit is None else check_int("limit", limit, 1),
             "budget": self._result_budget(),
         }
-        value, (content,) = yield Call("read", args, what=f"read {os.fsdecode(path)!r}")
+        value, (content,) = yield from READ(args, what=f"read {os.fsdecode(path)!r}")
         return ReadResult(path=os.fsdecode(path), content=content.decode("utf-8"), **value)
 
     def read(self, path: PathArg, *, offset: int = 0, limit: int | None = None) -> ReadResult:
@@ -211,13 +212,12 @@ class BaseSandbox(TransferMethods):
         data = to_bytes("content", content)
         encoded = check_path(path)
         args = {
-            "op": "write",
             "path": encoded,
             "overwrite": check_flag("overwrite", overwrite),
             "token": new_token(),
         }
         if self._fits("write", args, len(data)):
-            yield Call("write", args, [data], what=f"write {os.fsdecode(path)!r}")
+            yield from WRITE(args, [data], what=f"write {os.fsdecode(path)!r}")
         else:
             yield from self._op_stage(encoded, io.BytesIO(data), overwrite, None)
         return WriteResult(path=os.fsdecode(path), bytes_written=len(data))
@@ -237,7 +237,6 @@ class BaseSandbox(TransferMethods):
         if not old_bytes:
             raise errors.InvalidArgumentError("old must not be empty")
         args: dict[str, Any] = {
-            "op": "edit",
             "path": check_path(path),
             "replace_all": check_flag("replace_all", replace_all),
             "token": new_token(),
@@ -245,7 +244,7 @@ class BaseSandbox(TransferMethods):
             "new": 1,
         }
         if self._fits("edit", args, len(old_bytes) + len(new_bytes) + 4):
-            value, _ = yield Call("edit", args, [old_bytes, new_bytes], what=f"edit {os.fsdecode(path)!r}")
+            value, _ = yield from EDIT(args, [old_bytes, new_bytes], what=f"edit {os.fsdecode(path)!r}")
             return EditResult(path=os.fsdecode(path), replacements=value["replacements"])
         # Too large for one command: stage both texts first; the edit script
         # consumes them, and a failure removes what is left.
@@ -256,7 +255,7 @@ class BaseSandbox(TransferMethods):
         try:
             for key, data in (("old", old_bytes), ("new", new_bytes)):
                 yield from self._op_stage(staged[key], io.BytesIO(data), False, None)
-            value, _ = yield Call("edit", {**args, **staged}, what=f"edit {os.fsdecode(path)!r}")
+            value, _ = yield from EDIT({**args, **staged}, what=f"edit {os.fsdecode(path)!r}")
         except BaseException as exc:
             if can_clean_up(exc):
                 yield from self._op_discard(list(staged.values()))
@@ -283,7 +282,6 @@ class BaseSandbox(TransferMethods):
         if not isinstance(pattern, str) or not pattern:
             raise errors.InvalidArgumentError("pattern must be a non-empty str")
         args = {
-            "op": "glob",
             "pattern": protocol.encode_path(pattern),
             "path": check_path("." if path is None else path),
             "relative": path is None,
@@ -291,7 +289,7 @@ class BaseSandbox(TransferMethods):
             "max_results": check_int("max_results", max_results, 1),
             "budget": self._result_budget(),
         }
-        value, _ = yield Call("search", args, what=f"glob {pattern!r}")
+        value, _ = yield from GLOB(args, what=f"glob {pattern!r}")
         return GlobResult(
             matches=[file_info(item) for item in value["matches"]],
             truncated=value["truncated"],
@@ -335,7 +333,6 @@ class BaseSandbox(TransferMethods):
         if glob is not None and not isinstance(glob, str):
             raise errors.InvalidArgumentError("glob must be a str or None")
         args = {
-            "op": "grep",
             "pattern": protocol.encode_path(pattern),
             "path": check_path("." if path is None else path),
             "glob": None if glob is None else protocol.encode_path(glob),
@@ -345,7 +342,7 @@ class BaseSandbox(TransferMethods):
             "max_line_bytes": GREP_LINE_BYTES,
             "budget": self._result_budget(),
         }
-        value, _ = yield Call("search", args, what=f"grep {pattern!r}")
+        value, _ = yield from GREP(args, what=f"grep {pattern!r}")
         return GrepResult(
             matches=[
                 GrepMatch(
@@ -390,8 +387,8 @@ class BaseSandbox(TransferMethods):
     # -- delete / mkdir ------------------------------------------------------------------
 
     def _op_delete(self, path: PathArg, recursive: bool) -> Operation[None]:
-        args = {"op": "delete", "path": check_path(path), "recursive": check_flag("recursive", recursive)}
-        yield Call("fs", args, what=f"delete {os.fsdecode(path)!r}")
+        args = {"path": check_path(path), "recursive": check_flag("recursive", recursive)}
+        yield from DELETE(args, what=f"delete {os.fsdecode(path)!r}")
 
     def delete(self, path: PathArg, *, recursive: bool = False) -> None:
         """Remove a file, symlink or empty directory (any directory with
@@ -403,12 +400,11 @@ class BaseSandbox(TransferMethods):
 
     def _op_mkdir(self, path: PathArg, parents: bool, exist_ok: bool) -> Operation[None]:
         args = {
-            "op": "mkdir",
             "path": check_path(path),
             "parents": check_flag("parents", parents),
             "exist_ok": check_flag("exist_ok", exist_ok),
         }
-        yield Call("fs", args, what=f"mkdir {os.fsdecode(path)!r}")
+        yield from MKDIR(args, what=f"mkdir {os.fsdecode(path)!r}")
 
     def mkdir(self, path: PathArg, *, parents: bool = True, exist_ok: bool = True) -> None:
         self._drive(self._op_mkdir(path, parents, exist_ok))

@@ -20,29 +20,36 @@ from __future__ import annotations
 import ast
 import base64
 import binascii
+import importlib
 import json
 import os
+import pkgutil
 import secrets
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal, overload
 
-from sandbox_sdk import errors
+from sandbox_sdk import errors, remote
 from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.remote import _runtime
 
-FRAME_MARKER = "@@SANDBOX_SDK"
+#: Starts the result line; the runtime prints it, so it is the runtime's.
+FRAME_MARKER = _runtime.FRAME_MARKER
 #: Printed (with the nonce) by the command itself when ``python3`` is missing.
-NO_PYTHON_MARKER = "@@SANDBOX_SDK_NO_PYTHON3"
+NO_PYTHON_MARKER = f"{FRAME_MARKER}_NO_PYTHON3"
 RUNTIME_MODULE = "sandbox_sdk.remote._runtime"
+#: A blob of a result frame: ``bytes``, or a ``bytearray`` when decoded piece by piece.
+Blob = bytes | bytearray
 PYTHON = "python3 -I -S"
 
 
 class ExitCode(IntEnum):
-    """Exit codes of the in-sandbox scripts (mirrors ``remote/_runtime.EXIT``)."""
+    """Exit codes of the in-sandbox scripts: ``remote/_runtime.EXIT`` as an
+    enum (tests/test_protocol.py keeps the two equal)."""
 
     OK = 0
     INVALID_ARGUMENT = 80
@@ -95,6 +102,30 @@ def encode_path(path: str | bytes | os.PathLike[str]) -> str:
 def decode_path(text: str) -> str:
     """A path from a result, as ``os.fsdecode`` would give it."""
     return os.fsdecode(base64.b64decode(text))
+
+
+@cache
+def modules_by_op() -> dict[str, str]:
+    """The ``remote/<module>.py`` that runs each operation, from the modules'
+    own ``OPS`` tables (an operation name is unique across them)."""
+    table: dict[str, str] = {}
+    for info in pkgutil.iter_modules(remote.__path__):
+        if info.name.startswith("_"):
+            continue
+        ops: Mapping[str, object] = importlib.import_module(f"{remote.__name__}.{info.name}").OPS
+        for op in ops:
+            if op in table:
+                raise RuntimeError(f"operation {op!r} is defined by both {table[op]} and {info.name}")
+            table[op] = info.name
+    return table
+
+
+def module_of(op: str) -> str:
+    """The in-sandbox module whose ``OPS`` has ``op``."""
+    try:
+        return modules_by_op()[op]
+    except KeyError:
+        raise ValueError(f"no in-sandbox script has an operation {op!r}") from None
 
 
 def shipped_source(module: str) -> str:
@@ -178,7 +209,7 @@ def _without_unused_definitions(tree: ast.Module) -> ast.Module:
     return tree
 
 
-def build_command(module: str, args: dict[str, Any], blobs: Sequence[bytes] = ()) -> tuple[str, str]:
+def build_command(module: str, args: Mapping[str, Any], blobs: Sequence[bytes] = ()) -> tuple[str, str]:
     """The shell command for one operation and the nonce its frame must carry."""
     nonce = secrets.token_hex(16)
     header = json.dumps({**args, "nonce": nonce}, separators=(",", ":")).encode("utf-8")
@@ -194,9 +225,9 @@ def _b64(data: bytes) -> str:
     return binascii.b2a_base64(data, newline=False).decode("ascii")
 
 
-def command_overhead(module: str, args: dict[str, Any]) -> int:
-    """Bytes a command for ``module`` costs before any blob is added."""
-    command, _ = build_command(module, args)
+def command_overhead(op: str, args: Mapping[str, Any]) -> int:
+    """Bytes a command for operation ``op`` with ``args`` costs before any blob is added."""
+    command, _ = build_command(module_of(op), {**args, "op": op})
     return len(command.encode("utf-8")) + 2  # the newline that each blob adds, and slack
 
 
@@ -205,9 +236,17 @@ def blob_capacity(budget: int) -> int:
     return max(0, budget // 4 * 3)
 
 
+@overload
+def parse_result(
+    response: ExecuteResponse, nonce: str, what: str, *, lazy_blobs: Literal[False] = False
+) -> tuple[Any, list[Blob]]: ...
+@overload
+def parse_result(
+    response: ExecuteResponse, nonce: str, what: str, *, lazy_blobs: Literal[True]
+) -> tuple[Any, list[LazyBlob]]: ...
 def parse_result(
     response: ExecuteResponse, nonce: str, what: str, *, lazy_blobs: bool = False
-) -> tuple[Any, list[Any]]:
+) -> tuple[Any, list[Blob]] | tuple[Any, list[LazyBlob]]:
     """Turn a script's output and exit code into its value and blobs, or raise.
 
     Blobs are ``bytes`` (a large one a ``bytearray``), or with ``lazy_blobs``
@@ -243,7 +282,7 @@ class LazyBlob:
     stop: int
     what: str
 
-    def decode(self) -> bytes | bytearray:
+    def decode(self) -> Blob:
         try:
             return _decode_field(self.output, self.start, self.stop)
         except (ValueError, binascii.Error):
@@ -307,7 +346,7 @@ def _find_frame(output: str, nonce: str) -> tuple[dict[str, Any], list[tuple[int
 DECODE_PIECE_CHARS = 1 << 20
 
 
-def _decode_field(output: str, start: int, stop: int) -> bytes | bytearray:
+def _decode_field(output: str, start: int, stop: int) -> Blob:
     """The base64 field ``output[start:stop]``, strictly decoded.
 
     A long field (a chunk of a download) is decoded a piece at a time into

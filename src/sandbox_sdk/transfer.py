@@ -25,15 +25,27 @@ import stat
 import tarfile
 import tempfile
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from sandbox_sdk import errors, protocol
+from sandbox_sdk._calls import (
+    ABORT,
+    CREATE_ARCHIVE,
+    DELETE,
+    EXTRACT_ARCHIVE,
+    GET_MANY,
+    LANDED,
+    PUT_MANY,
+    READ_CHUNK,
+    STAGE,
+    Reply,
+    ScriptCall,
+)
 from sandbox_sdk._core import (
     CLEANUP_TIMEOUT,
-    Call,
     Operation,
     PathArg,
     Pipeline,
@@ -45,6 +57,10 @@ from sandbox_sdk._kernel import can_clean_up
 from sandbox_sdk.models import FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.remote import archive as remote_archive
 from sandbox_sdk.remote._runtime import Fail
+
+if TYPE_CHECKING:
+    from sandbox_sdk.remote.get import ChunkReply
+    from sandbox_sdk.remote.write import SizeReply
 
 #: ``(done_bytes, total_bytes)``; ``total_bytes`` counts what is known so far.
 Progress = Callable[[int, int], None]
@@ -206,16 +222,16 @@ class TransferMethods(SandboxCore):
         expected to is not committed. On any failure the staging file is
         removed and the error re-raised."""
         token = new_token()
-        base = {"op": "stage", "path": dest, "token": token, "overwrite": overwrite}
+        base = {"path": dest, "token": token, "overwrite": overwrite}
         capacity = self._blob_capacity(
-            "write", {**base, "offset": 1 << 60, "final": {"size": 1 << 60, "sha256": "0" * 64}}
+            "stage", {**base, "offset": 1 << 60, "final": {"size": 1 << 60, "sha256": "0" * 64}}
         )
         digest = hashlib.sha256()
         what = f"upload to {protocol.decode_path(dest)!r}"
         sent = 0
         unacknowledged: deque[int] = deque()  # sizes of the chunks sent, in order
 
-        def call(data: bytes, final: bool) -> Call:
+        def call(data: bytes, final: bool) -> ScriptCall[SizeReply]:
             nonlocal sent
             args: dict[str, Any] = {**base, "offset": sent}
             digest.update(data)
@@ -225,9 +241,9 @@ class TransferMethods(SandboxCore):
                 if size is not None and sent != size:
                     raise errors.IntegrityError(f"{what}: {_changed_size(size, sent)}")
                 args["final"] = {"size": sent, "sha256": digest.hexdigest()}
-            return Call("write", args, [data], what=what)
+            return STAGE(args, [data], what=what)
 
-        def count(reply: Any) -> None:
+        def count(reply: Reply[SizeReply] | None) -> None:
             done = unacknowledged.popleft()
             if tally:
                 tally.add(done)
@@ -239,7 +255,7 @@ class TransferMethods(SandboxCore):
                 count((yield call(data, False)))  # creates the staging file, so it runs alone
                 held_back: list[bytes] = []
 
-                def middle() -> Iterator[Call]:
+                def middle() -> Iterator[ScriptCall[SizeReply]]:
                     for chunk, is_last in chunks:
                         if is_last:  # the commit waits for every other chunk
                             held_back.append(chunk)
@@ -250,7 +266,7 @@ class TransferMethods(SandboxCore):
                 [data] = held_back
             commit = call(data, True)
             try:
-                reply = yield commit
+                reply: Reply[SizeReply] | None = yield from commit
             except errors.SandboxError as exc:
                 # The reply is lost, not necessarily the commit: ask.
                 if isinstance(exc, _COMMIT_REFUSED) or not (yield from self._op_landed(commit.args)):
@@ -261,21 +277,18 @@ class TransferMethods(SandboxCore):
         except BaseException as exc:
             if can_clean_up(exc):
                 with contextlib.suppress(Exception):
-                    yield Call(
-                        "write",
-                        {"op": "abort", "path": dest, "token": token},
-                        what="abort upload",
-                        timeout=CLEANUP_TIMEOUT,
+                    yield from ABORT(
+                        {"path": dest, "token": token}, what="abort upload", timeout=CLEANUP_TIMEOUT
                     )
             raise
 
-    def _op_landed(self, commit: dict[str, Any]) -> Operation[bool]:
+    def _op_landed(self, commit: Mapping[str, Any]) -> Operation[bool]:
         """Whether the commit call ``commit`` (its arguments) took effect
         although its reply was lost; ``False`` if that cannot be told."""
         final = commit["final"]
-        args = {"op": "landed", "path": commit["path"], "token": commit["token"], **final}
+        args = {"path": commit["path"], "token": commit["token"], **final}
         try:
-            value, _ = yield Call("write", args, what="check a commit", timeout=CLEANUP_TIMEOUT)
+            value, _ = yield from LANDED(args, what="check a commit", timeout=CLEANUP_TIMEOUT)
         except errors.SandboxError:
             return False
         return value["landed"] is True
@@ -285,11 +298,8 @@ class TransferMethods(SandboxCore):
         failed operation may have left; a file already gone is fine."""
         for path in paths:
             with contextlib.suppress(errors.SandboxError):
-                yield Call(
-                    "fs",
-                    {"op": "delete", "path": path, "recursive": False},
-                    what="clean up staged data",
-                    timeout=CLEANUP_TIMEOUT,
+                yield from DELETE(
+                    {"path": path, "recursive": False}, what="clean up staged data", timeout=CLEANUP_TIMEOUT
                 )
 
     def _op_download(
@@ -303,18 +313,17 @@ class TransferMethods(SandboxCore):
         the SHA-256 of what was read; otherwise the last chunk's call hashes
         the whole file, while the client is still taking in the chunks before it."""
         capacity = self._result_budget()
-        args = {"op": "read_chunk", "path": path, "length": capacity}
-        value, (first,) = yield Call(
-            "get", {**args, "offset": 0, "max_size": max_size}, what=what, lazy_blobs=True
-        )
-        size: int = value["size"]
+        args = {"path": path, "length": capacity}
+        first: protocol.LazyBlob | None
+        value, (first,) = yield from READ_CHUNK.lazy({**args, "offset": 0, "max_size": max_size}, what=what)
+        size = value["size"]
         if tally:
             tally.total += size
         digest = hashlib.sha256()
         expected: list[str] = [value["sha256"]] if "sha256" in value else []
         received = 0
 
-        def take(data: bytes) -> None:
+        def take(data: protocol.Blob) -> None:
             nonlocal received
             if len(data) != min(capacity, size - received):
                 raise errors.IntegrityError(f"{what}: the file changed size while it was being read")
@@ -324,7 +333,7 @@ class TransferMethods(SandboxCore):
             if tally:
                 tally.add(len(data))
 
-        def consume(reply: Any) -> None:
+        def consume(reply: Reply[ChunkReply]) -> None:
             chunk_value, (data,) = reply
             take(data)
             if "sha256" in chunk_value:
@@ -332,13 +341,14 @@ class TransferMethods(SandboxCore):
 
         def take_first() -> None:
             nonlocal first
+            assert first is not None
             data, first = first.decode(), None  # frees the output it came in before the write
             take(data)
 
         starts = range(capacity, size, capacity)
         if starts:
             last = starts[-1]
-            calls = (Call("get", {**args, "offset": at, "digest": at == last}, what=what) for at in starts)
+            calls = (READ_CHUNK({**args, "offset": at, "digest": at == last}, what=what) for at in starts)
             yield Pipeline(calls, consume, self._window(capacity), meanwhile=take_first)
         else:
             take_first()
@@ -364,7 +374,9 @@ class TransferMethods(SandboxCore):
                     sources.append(None)
                     results[index] = FileUploadResponse(path=path, error=f"cannot read local source: {exc}")
             tally = _Tally(progress, sum(s.size or 0 for s in sources if s is not None))
-            packer = _Packer(self.max_command_bytes, protocol.command_overhead("write", _put_many_args([])))
+            packer = _Packer(
+                self.max_command_bytes, protocol.command_overhead("put_many", _put_many_args([]))
+            )
             for index, source in enumerate(sources):
                 if source is None:
                     continue
@@ -417,7 +429,7 @@ class TransferMethods(SandboxCore):
             return
         args = _put_many_args([(encoded, data) for _, encoded, data in batch])
         try:
-            value, _ = yield Call("write", args, [data for _, _, data in batch], what="upload")
+            value, _ = yield from PUT_MANY(args, [data for _, _, data in batch], what="upload")
         except errors.SandboxError as exc:
             for index, _, _ in batch:
                 results[index] = FileUploadResponse(path=files[index][0], error=transfer_error(exc))
@@ -459,9 +471,9 @@ class TransferMethods(SandboxCore):
         budget = self._result_budget()
         while pending:
             group = _fit_paths(pending, self.max_command_bytes // 2)
-            args = {"op": "get_many", "paths": [encoded for _, encoded in group], "budget": budget}
+            args = {"paths": [encoded for _, encoded in group], "budget": budget}
             try:
-                value, blobs = yield Call("get", args, what="download")
+                value, blobs = yield from GET_MANY(args, what="download")
             except errors.SandboxError as exc:
                 for index, _ in group:
                     results[index] = FileDownloadResponse(path=paths[index], error=transfer_error(exc))
@@ -479,7 +491,7 @@ class TransferMethods(SandboxCore):
                         continue
                     tally.total += len(content)
                     tally.add(len(content))
-                    results[index] = FileDownloadResponse(path=path, content=content)
+                    results[index] = FileDownloadResponse(path=path, content=bytes(content))
                 elif "error" in item:
                     failure = protocol.error_from(item["error"], "download")
                     results[index] = FileDownloadResponse(path=path, error=transfer_error(failure))
@@ -571,9 +583,8 @@ class TransferMethods(SandboxCore):
             spool.seek(0)
             try:
                 yield from self._op_stage(protocol.encode_path(archive), spool, False, _Tally(progress, size))
-                value, _ = yield Call(
-                    "archive",
-                    {"op": "extract", "archive": protocol.encode_path(archive), "path": remote},
+                value, _ = yield from EXTRACT_ARCHIVE(
+                    {"archive": protocol.encode_path(archive), "path": remote},
                     what=f"upload_dir to {os.fsdecode(remote_dir)!r}",
                 )
             except BaseException as exc:
@@ -583,8 +594,7 @@ class TransferMethods(SandboxCore):
                 if can_clean_up(exc):
                     yield from self._op_discard([protocol.encode_path(archive)])
                 raise
-        count: int = value["members"]
-        return count
+        return value["members"]
 
     def upload_dir(
         self, local_dir: str | os.PathLike[str], remote_dir: PathArg, *, progress: Progress | None = None
@@ -606,9 +616,7 @@ class TransferMethods(SandboxCore):
     ) -> Operation[int]:
         what = f"download_dir {os.fsdecode(remote_dir)!r}"
         archive = protocol.encode_path(posixpath.join(REMOTE_ARCHIVE_DIR, f".sbx-download-{new_token()}.tar"))
-        create = Call(
-            "archive", {"op": "create", "archive": archive, "path": check_path(remote_dir)}, what=what
-        )
+        create = CREATE_ARCHIVE({"archive": archive, "path": check_path(remote_dir)}, what=what)
         try:
             yield create
             with tempfile.SpooledTemporaryFile(SPOOL_BYTES) as spool:
@@ -678,7 +686,6 @@ def _local_file_mode(target: Path) -> int:
 def _put_many_args(files: list[tuple[str, bytes]]) -> dict[str, Any]:
     """Arguments of one ``put_many``; each item carries its SHA-256, checked before it is written."""
     return {
-        "op": "put_many",
         "token": new_token(),
         "items": [
             {"path": path, "blob": index, "sha256": hashlib.sha256(data).hexdigest()}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_sdk import errors, protocol, transfer
-from sandbox_sdk._core import Call, Operation
+from sandbox_sdk._calls import EXTRACT_ARCHIVE
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import LimitedSandbox
@@ -261,13 +261,8 @@ def test_download_dir_refuses_a_link_leaving_through_an_existing_local_symlink(
 def _extract_in_sandbox(sandbox: LimitedSandbox, archive: bytes, target: str) -> None:
     staged = "/".join([str(sandbox.inner.root_dir), "staged.tar"])  # type: ignore[attr-defined]
     sandbox.upload_files([(staged, archive)])
-    args = {"op": "extract", "archive": protocol.encode_path(staged), "path": protocol.encode_path(target)}
-    sandbox._drive(_single(Call("archive", args, what="extract")))
-
-
-def _single(call: Call) -> Operation[object]:
-    reply = yield call
-    return reply
+    args = {"archive": protocol.encode_path(staged), "path": protocol.encode_path(target)}
+    sandbox._drive(iter(EXTRACT_ARCHIVE(args, what="extract")))
 
 
 @pytest.mark.parametrize("kind", list(HOSTILE))

@@ -24,12 +24,42 @@ import sys
 # ``json`` where CPython's accelerator can be used directly (see json_codec).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Optional, Tuple, Union
+    from typing import (
+        Any,
+        BinaryIO,
+        Callable,
+        Dict,
+        Iterable,
+        List,
+        Literal,
+        Optional,
+        Tuple,
+        TypedDict,
+        Union,
+    )
 
     Args = Dict[str, Any]
     Blobs = List[bytes]
     Result = Tuple[Any, Blobs]
     Handler = Callable[[Args, Blobs], Result]
+
+    # Reply values, one TypedDict per operation, declared next to the handler
+    # that builds them (the client's typed calls import them from here).
+
+    FileType = Literal["file", "dir", "symlink", "other"]
+
+    class Entry(TypedDict):
+        """One path as ``lstat`` sees it (``stat``; items of ``ls`` and ``glob``)."""
+
+        path: str  # base64 of the raw path
+        type: FileType
+        size: int
+        mtime: float
+        mode: int  # permission bits
+
+    class Empty(TypedDict):
+        """The reply of an operation that only succeeds or fails."""
+
 
 # The exit-code table. It stays clear of 1 and 2 (Python), 64-78 (sysexits),
 # 124-128 (timeout(1) and the shell) and 128+n (signals). docs/protocol.md
@@ -149,7 +179,7 @@ def _as_bytes(name: Any) -> Optional[bytes]:
     return None
 
 
-def file_type(mode: int) -> str:
+def file_type(mode: int) -> FileType:
     if stat.S_ISREG(mode):
         return "file"
     if stat.S_ISDIR(mode):
@@ -159,7 +189,7 @@ def file_type(mode: int) -> str:
     return "other"
 
 
-def entry(path: bytes, st: os.stat_result) -> Dict[str, Any]:
+def entry(path: bytes, st: os.stat_result) -> Entry:
     return {
         "path": b64(path),
         "type": file_type(st.st_mode),

@@ -16,12 +16,18 @@ import tarfile
 from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, path_arg, remove_quietly, unb64
 
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional, Set
+    from typing import Any, Dict, List, Optional, Set, Tuple, TypedDict
 
-    from sandbox_sdk.remote._runtime import Args, Blobs, Result
+    from sandbox_sdk.remote._runtime import Args, Blobs
+
+    class CreateReply(TypedDict):
+        size: int  # of the archive
+
+    class ExtractReply(TypedDict):
+        members: int
 
 
-def create(args: Args, blobs: Blobs) -> Result:
+def create(args: Args, blobs: Blobs) -> Tuple[CreateReply, Blobs]:
     root = path_arg(args)
     archive = unb64(args["archive"])
     if not os.path.isdir(root):
@@ -114,7 +120,7 @@ def resolve_link(root: str, links: Set[str], start: List[str], member: tarfile.T
             raise Fail("INVALID_PATH", "link member points outside the target: %r" % member.name)
 
 
-def extract(args: Args, blobs: Blobs) -> Result:
+def extract(args: Args, blobs: Blobs) -> Tuple[ExtractReply, Blobs]:
     archive = unb64(args["archive"])
     dest = path_arg(args)
     try:

@@ -19,7 +19,12 @@ from sandbox_sdk.remote._runtime import (
 )
 
 if TYPE_CHECKING:
-    from sandbox_sdk.remote._runtime import Args, Blobs, Result
+    from typing import Tuple, TypedDict
+
+    from sandbox_sdk.remote._runtime import Args, Blobs
+
+    class EditReply(TypedDict):
+        replacements: int
 
 
 def staged_argument(spec: object, blobs: Blobs) -> bytes:
@@ -37,7 +42,7 @@ def staged_argument(spec: object, blobs: Blobs) -> bytes:
         remove_quietly(path)
 
 
-def edit(args: Args, blobs: Blobs) -> Result:
+def edit(args: Args, blobs: Blobs) -> Tuple[EditReply, Blobs]:
     old = staged_argument(args["old"], blobs)
     new = staged_argument(args["new"], blobs)
     dest = resolve_target(path_arg(args))

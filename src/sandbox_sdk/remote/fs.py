@@ -9,12 +9,12 @@ import sys
 from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, fail_from_oserror, path_arg
 
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Tuple
 
-    from sandbox_sdk.remote._runtime import Args, Blobs, Result
+    from sandbox_sdk.remote._runtime import Args, Blobs, Empty
 
 
-def mkdir(args: Args, blobs: Blobs) -> Result:
+def mkdir(args: Args, blobs: Blobs) -> Tuple[Empty, Blobs]:
     path = path_arg(args)
     try:
         if args["parents"]:
@@ -29,7 +29,7 @@ def mkdir(args: Args, blobs: Blobs) -> Result:
     return {}, []
 
 
-def delete(args: Args, blobs: Blobs) -> Result:
+def delete(args: Args, blobs: Blobs) -> Tuple[Empty, Blobs]:
     path = path_arg(args)
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):

@@ -17,16 +17,37 @@ from sandbox_sdk.remote._runtime import (
 )
 
 if TYPE_CHECKING:
-    from typing import Any, Dict, List
+    from typing import Any, Dict, List, Tuple, TypedDict
 
-    from sandbox_sdk.remote._runtime import Args, Blobs, Result
+    from sandbox_sdk.remote._runtime import Args, Blobs
+
+    class _ChunkSize(TypedDict):
+        size: int  # of the whole file
+
+    class ChunkReply(_ChunkSize, total=False):
+        """The chunk itself is the reply's one blob."""
+
+        sha256: str  # of the whole file: when the chunk is all of it, or on request
+
+    class GetManyItem(TypedDict, total=False):
+        """One of: the file's blob and SHA-256, its size (too large for a
+        batch), or the error reading it."""
+
+        blob: int
+        sha256: str
+        large: int
+        error: Dict[str, Any]
+
+    class GetManyReply(TypedDict):
+        items: List[GetManyItem]  # for a prefix of the paths asked for
+
 
 #: What one item of a ``get_many`` result costs besides its data: its JSON
 #: (with a SHA-256) and separators, counted against the output budget.
 ITEM_BYTES = 128
 
 
-def read_chunk(args: Args, blobs: Blobs) -> Result:
+def read_chunk(args: Args, blobs: Blobs) -> Tuple[ChunkReply, Blobs]:
     """``length`` bytes at ``offset`` and the file's size. The SHA-256 of the
     whole file comes too when this chunk is the whole file (hashed in memory)
     or on request (``digest``: the file is read again), so the client can
@@ -43,7 +64,7 @@ def read_chunk(args: Args, blobs: Blobs) -> Result:
         offset = args["offset"]
         f.seek(offset)
         data = f.read(args["length"])
-        info: Dict[str, Any] = {"size": size}
+        info: ChunkReply = {"size": size}
         if offset == 0 and len(data) == size and not f.read(1):
             info["sha256"] = sha256_hex([data])
         elif args.get("digest"):
@@ -52,11 +73,11 @@ def read_chunk(args: Args, blobs: Blobs) -> Result:
     return info, [data]
 
 
-def get_many(args: Args, blobs: Blobs) -> Result:
+def get_many(args: Args, blobs: Blobs) -> Tuple[GetManyReply, Blobs]:
     """Whole files, each with its SHA-256, while they fit in ``budget``; a file
     too big for a batch is reported with its size (the client fetches it in chunks)."""
     budget = args["budget"]
-    items: List[Dict[str, Any]] = []
+    items: List[GetManyItem] = []
     out: Blobs = []
     used = 0
     for raw in args["paths"]:

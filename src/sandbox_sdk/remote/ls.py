@@ -7,12 +7,16 @@ import os
 from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, entry, json_size, path_arg
 
 if TYPE_CHECKING:
-    from typing import Any, Dict, List
+    from typing import List, Optional, Tuple, TypedDict
 
-    from sandbox_sdk.remote._runtime import Args, Blobs, Result
+    from sandbox_sdk.remote._runtime import Args, Blobs, Entry
+
+    class LsReply(TypedDict):
+        entries: List[Entry]
+        next: Optional[int]  # where the next page starts; None after the last one
 
 
-def ls(args: Args, blobs: Blobs) -> Result:
+def ls(args: Args, blobs: Blobs) -> Tuple[LsReply, Blobs]:
     path = path_arg(args)
     start = args["start"]
     budget = args["budget"]
@@ -20,7 +24,7 @@ def ls(args: Args, blobs: Blobs) -> Result:
     if not os.path.isdir(path):
         raise Fail("NOT_DIRECTORY", "not a directory", path)
     names = sorted(os.listdir(path))
-    entries: List[Dict[str, Any]] = []
+    entries: List[Entry] = []
     used = 0
     index = start
     while index < len(names):
@@ -38,7 +42,7 @@ def ls(args: Args, blobs: Blobs) -> Result:
     return {"entries": entries, "next": index if index < len(names) else None}, []
 
 
-def stat_(args: Args, blobs: Blobs) -> Result:
+def stat_(args: Args, blobs: Blobs) -> Tuple[Entry, Blobs]:
     path = path_arg(args)
     return entry(path, os.lstat(path)), []
 

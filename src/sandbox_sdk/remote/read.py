@@ -5,14 +5,24 @@ from __future__ import annotations
 from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, open_regular, path_arg
 
 if TYPE_CHECKING:
-    from typing import List
+    from typing import List, Tuple, TypedDict
 
-    from sandbox_sdk.remote._runtime import Args, Blobs, Result
+    from sandbox_sdk.remote._runtime import Args, Blobs
+
+    class ReadReply(TypedDict):
+        """The page itself is the reply's one blob."""
+
+        start_line: int  # 1-based
+        end_line: int
+        total_lines: int
+        has_more: bool
+        truncated: bool  # the page is one line cut to the budget
+
 
 SNIFF_BYTES = 8192
 
 
-def read(args: Args, blobs: Blobs) -> Result:
+def read(args: Args, blobs: Blobs) -> Tuple[ReadReply, Blobs]:
     path = path_arg(args)
     first = args["offset"]
     limit = args["limit"]

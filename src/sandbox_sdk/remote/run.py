@@ -12,10 +12,12 @@ import os
 from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, check_path, unb64
 
 if TYPE_CHECKING:
-    from sandbox_sdk.remote._runtime import Args, Blobs, Result
+    from typing import Tuple
+
+    from sandbox_sdk.remote._runtime import Args, Blobs
 
 
-def run(args: Args, blobs: Blobs) -> Result:
+def run(args: Args, blobs: Blobs) -> Tuple[None, Blobs]:
     if args.get("cwd") is not None:
         cwd = unb64(args["cwd"])
         check_path(cwd)

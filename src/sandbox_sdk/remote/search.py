@@ -15,9 +15,24 @@ import stat
 from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, b64, entry, json_size, path_arg, unb64
 
 if TYPE_CHECKING:
-    from typing import Callable, Iterator, List, Pattern, Set, Tuple
+    from typing import Callable, Iterator, List, Pattern, Set, Tuple, TypedDict
 
-    from sandbox_sdk.remote._runtime import Args, Blobs, Result
+    from sandbox_sdk.remote._runtime import Args, Blobs, Entry
+
+    class GlobReply(TypedDict):
+        matches: List[Entry]
+        truncated: bool
+        unreadable: List[str]  # base64 paths of directories that could not be read
+
+    #: base64 path, line number, base64 line (cut to ``max_line_bytes``), whether it was cut
+    GrepLine = Tuple[str, int, str, bool]
+
+    class GrepReply(TypedDict):
+        matches: List[GrepLine]
+        truncated: bool
+        unreadable: List[str]  # base64 paths
+        skipped_binary: int
+
 
 SNIFF_BYTES = 8192
 MAGIC = re.compile(rb"[*?\[{]")
@@ -163,7 +178,7 @@ class Walker:
                     self.match(os.path.join(rel, name), rest)
 
 
-def glob(args: Args, blobs: Blobs) -> Result:
+def glob(args: Args, blobs: Blobs) -> Tuple[GlobReply, Blobs]:
     pattern = unb64(args["pattern"])
     root = path_arg(args)
     if pattern.startswith(b"/"):
@@ -225,7 +240,7 @@ def file_filter(pattern: bytes) -> Callable[[bytes], bool]:
     return lambda rel: any(r.match(rel) for r in regexes)
 
 
-def grep(args: Args, blobs: Blobs) -> Result:
+def grep(args: Args, blobs: Blobs) -> Tuple[GrepReply, Blobs]:
     root = path_arg(args)
     text = unb64(args["pattern"]).decode("utf-8", "surrogateescape")
     flags = re.IGNORECASE if args["ignore_case"] else 0
@@ -238,7 +253,7 @@ def grep(args: Args, blobs: Blobs) -> Result:
     line_cap = args["max_line_bytes"]
     budget = args["budget"]
     unreadable: List[bytes] = []
-    matches: List[List[object]] = []
+    matches: List[GrepLine] = []
     truncated = False
     skipped_binary = 0
     st = os.stat(root)
@@ -264,7 +279,7 @@ def grep(args: Args, blobs: Blobs) -> Result:
                     if len(matches) >= limit:
                         truncated = True
                         break
-                    match = [b64(path), number, b64(line[:line_cap]), len(line) > line_cap]
+                    match = (b64(path), number, b64(line[:line_cap]), len(line) > line_cap)
                     budget -= json_size(match)
                     if budget < 0:
                         truncated = True

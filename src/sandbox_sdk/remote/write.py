@@ -27,9 +27,21 @@ from sandbox_sdk.remote._runtime import (
 )
 
 if TYPE_CHECKING:
-    from typing import Any, Dict, List
+    from typing import Any, Dict, List, Tuple, TypedDict
 
-    from sandbox_sdk.remote._runtime import Args, Blobs, Result
+    from sandbox_sdk.remote._runtime import Args, Blobs, Empty
+
+    class SizeReply(TypedDict):
+        size: int  # bytes of the file written so far
+
+    class PutManyItem(TypedDict, total=False):
+        error: Dict[str, Any]  # absent when the item was written
+
+    class PutManyReply(TypedDict):
+        items: List[PutManyItem]
+
+    class LandedReply(TypedDict):
+        landed: bool
 
 
 def put(dest: bytes, data: bytes, overwrite: bool, token: str) -> None:
@@ -46,15 +58,15 @@ def put(dest: bytes, data: bytes, overwrite: bool, token: str) -> None:
         commit(tmp, dest, overwrite)
 
 
-def write(args: Args, blobs: Blobs) -> Result:
+def write(args: Args, blobs: Blobs) -> Tuple[SizeReply, Blobs]:
     dest = path_arg(args)
     put(dest, blobs[0], args["overwrite"], args["token"])
     return {"size": len(blobs[0])}, []
 
 
-def put_many(args: Args, blobs: Blobs) -> Result:
+def put_many(args: Args, blobs: Blobs) -> Tuple[PutManyReply, Blobs]:
     """Each item succeeds or fails alone; one failure never stops the rest."""
-    results: List[Dict[str, Any]] = []
+    results: List[PutManyItem] = []
     for index, item in enumerate(args["items"]):
         try:
             dest = unb64(item["path"])
@@ -70,7 +82,7 @@ def put_many(args: Args, blobs: Blobs) -> Result:
     return {"items": results}, []
 
 
-def stage(args: Args, blobs: Blobs) -> Result:
+def stage(args: Args, blobs: Blobs) -> Tuple[SizeReply, Blobs]:
     """Write one chunk into the staging file; the final chunk also verifies
     size and SHA-256 of the whole staging file and commits it."""
     dest = resolve_target(path_arg(args))
@@ -111,7 +123,7 @@ def verify(path: bytes, size: int, sha256: str) -> None:
             raise Fail("INTEGRITY", "SHA-256 of the staged file does not match what was sent", path)
 
 
-def landed(args: Args, blobs: Blobs) -> Result:
+def landed(args: Args, blobs: Blobs) -> Tuple[LandedReply, Blobs]:
     """Whether a staged upload whose final reply was lost did commit: its
     staging file is gone and the destination holds exactly the staged bytes."""
     dest = resolve_target(path_arg(args))
@@ -124,7 +136,7 @@ def landed(args: Args, blobs: Blobs) -> Result:
     return {"landed": True}, []
 
 
-def abort(args: Args, blobs: Blobs) -> Result:
+def abort(args: Args, blobs: Blobs) -> Tuple[Empty, Blobs]:
     """Remove a staging file left by a failed transfer (a no-op if it is gone)."""
     dest = resolve_target(path_arg(args))
     remove_quietly(temp_name(dest, args["token"]))

@@ -1,0 +1,189 @@
+"""The ``execute()`` round trips an operation yields, one class per way of
+decoding the reply.
+
+- :class:`ScriptCall` runs an operation of an in-sandbox script and decodes
+  its result frame into ``(value, blobs)``; :class:`LazyScriptCall` leaves
+  the blobs base64 until the caller takes them in.
+- :class:`RunCall` is the ``run`` script, which becomes the user's command:
+  the reply is that command's own ``ExecuteResponse``.
+- :class:`ShellCall` is a user's command run as given.
+
+A call is typed by its reply: ``reply = yield from call`` inside an operation
+yields the call to the driver and gives back the reply as the call's type
+says. Each operation of a script is declared once below as a :class:`Script`
+typed by the reply the script declares (the ``TypedDict`` s in
+``remote/<module>.py``), so ``mypy`` checks every field an operation reads.
+The operation's name picks the module that runs it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, cast
+
+from sandbox_sdk import errors, protocol
+from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.protocol import Blob, LazyBlob
+
+if TYPE_CHECKING:
+    from sandbox_sdk.remote._runtime import Empty, Entry
+    from sandbox_sdk.remote.archive import CreateReply, ExtractReply
+    from sandbox_sdk.remote.edit import EditReply
+    from sandbox_sdk.remote.get import ChunkReply, GetManyReply
+    from sandbox_sdk.remote.ls import LsReply
+    from sandbox_sdk.remote.read import ReadReply
+    from sandbox_sdk.remote.search import GlobReply, GrepReply
+    from sandbox_sdk.remote.write import LandedReply, PutManyReply, SizeReply
+
+R = TypeVar("R")
+V = TypeVar("V")
+
+#: A script's decoded reply: its value and its blobs.
+Reply: TypeAlias = tuple[V, list[Blob]]
+
+
+class Call(ABC, Generic[R]):
+    """One ``execute()`` round trip whose decoded reply is an ``R``."""
+
+    what: str
+    timeout: float | None
+
+    @abstractmethod
+    def command(self, max_bytes: int) -> tuple[str, str]:
+        """The command to run and the nonce its result must carry; a script
+        command over ``max_bytes`` is refused before it is sent."""
+
+    @abstractmethod
+    def decode(self, response: ExecuteResponse, nonce: str) -> R:
+        """The reply, from the command's response; or the error it reports."""
+
+    def timeout_or(self, default: float) -> float | None:
+        """This call's timeout: its own, else ``default`` (``operation_timeout``)."""
+        return default if self.timeout is None else self.timeout
+
+    def __iter__(self) -> Generator[Call[R], Any, R]:
+        """``reply = yield from call``: the driver performs the call, and the
+        reply comes back typed."""
+        return cast(R, (yield self))
+
+
+@dataclass(frozen=True)
+class ShellCall(Call[ExecuteResponse]):
+    """A user's command, run as given; without a timeout it gets the provider's default."""
+
+    text: str
+    timeout: float | None = None
+    what: str = "operation"
+
+    def command(self, max_bytes: int) -> tuple[str, str]:
+        return self.text, ""
+
+    def decode(self, response: ExecuteResponse, nonce: str) -> ExecuteResponse:
+        return response
+
+    def timeout_or(self, default: float) -> float | None:
+        return self.timeout
+
+
+@dataclass(frozen=True)
+class _ScriptedCall(Call[R]):
+    """A call of the in-sandbox script that has operation ``op``."""
+
+    op: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+    blobs: Sequence[bytes] = ()
+    what: str = "operation"
+    timeout: float | None = None
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The arguments as the script reads them."""
+        return {"op": self.op, **self.args}
+
+    def command(self, max_bytes: int) -> tuple[str, str]:
+        command, nonce = protocol.build_command(protocol.module_of(self.op), self.payload, self.blobs)
+        size = protocol.command_bytes(command)
+        if size > max_bytes:
+            raise errors.SandboxRuntimeError(
+                f"{self.what}: command of {size} bytes exceeds max_command_bytes="
+                f"{max_bytes} (please report: operations should stage large data)"
+            )
+        return command, nonce
+
+
+@dataclass(frozen=True)
+class ScriptCall(_ScriptedCall[Reply[V]]):
+    """A script operation; the reply is its value (a ``V``) and its blobs."""
+
+    def decode(self, response: ExecuteResponse, nonce: str) -> Reply[V]:
+        value, blobs = protocol.parse_result(response, nonce, self.what)
+        return cast(V, value), blobs
+
+
+@dataclass(frozen=True)
+class LazyScriptCall(_ScriptedCall[tuple[V, list[LazyBlob]]]):
+    """A script operation whose blobs stay base64 in the output until decoded."""
+
+    def decode(self, response: ExecuteResponse, nonce: str) -> tuple[V, list[LazyBlob]]:
+        value, blobs = protocol.parse_result(response, nonce, self.what, lazy_blobs=True)
+        return cast(V, value), blobs
+
+
+@dataclass(frozen=True)
+class RunCall(_ScriptedCall[ExecuteResponse]):
+    """The ``run`` script, which becomes the user's command: the reply is
+    that command's response, a frame only reports a failed set-up."""
+
+    op: str = "run"
+    what: str = "run"
+
+    def decode(self, response: ExecuteResponse, nonce: str) -> ExecuteResponse:
+        return protocol.passthrough_result(response, nonce, self.what)
+
+    def timeout_or(self, default: float) -> float | None:
+        return self.timeout
+
+
+class Script(Generic[V]):
+    """An operation of an in-sandbox script whose reply value is a ``V``."""
+
+    def __init__(self, op: str) -> None:
+        protocol.module_of(op)  # an unknown name fails at import
+        self.op = op
+
+    def __call__(
+        self,
+        args: Mapping[str, Any],
+        blobs: Sequence[bytes] = (),
+        *,
+        what: str,
+        timeout: float | None = None,
+    ) -> ScriptCall[V]:
+        return ScriptCall(self.op, args, blobs, what, timeout)
+
+    def lazy(self, args: Mapping[str, Any], *, what: str) -> LazyScriptCall[V]:
+        """The call with its blobs left undecoded (see :class:`LazyScriptCall`)."""
+        return LazyScriptCall(self.op, args, (), what)
+
+
+# The operations of remote/ls.py, read.py, get.py, write.py, edit.py, fs.py,
+# search.py and archive.py (run.py's is RunCall), each typed by its reply.
+LS: Script[LsReply] = Script("ls")
+STAT: Script[Entry] = Script("stat")
+READ: Script[ReadReply] = Script("read")
+READ_CHUNK: Script[ChunkReply] = Script("read_chunk")
+GET_MANY: Script[GetManyReply] = Script("get_many")
+WRITE: Script[SizeReply] = Script("write")
+PUT_MANY: Script[PutManyReply] = Script("put_many")
+STAGE: Script[SizeReply] = Script("stage")
+LANDED: Script[LandedReply] = Script("landed")
+ABORT: Script[Empty] = Script("abort")
+EDIT: Script[EditReply] = Script("edit")
+DELETE: Script[Empty] = Script("delete")
+MKDIR: Script[Empty] = Script("mkdir")
+GLOB: Script[GlobReply] = Script("glob")
+GREP: Script[GrepReply] = Script("grep")
+CREATE_ARCHIVE: Script[CreateReply] = Script("create")
+EXTRACT_ARCHIVE: Script[ExtractReply] = Script("extract")

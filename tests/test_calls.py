@@ -1,0 +1,113 @@
+"""Typed calls: the operation's name picks the script, each decoding mode its class,
+and ``yield from`` hands the decoded reply back to the operation."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from sandbox_sdk import _calls, _kernel, errors, protocol
+from sandbox_sdk._calls import LS, READ_CHUNK, Call, RunCall, Script, ShellCall
+from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.remote import _runtime
+
+SCRIPTS = {name: value for name, value in vars(_calls).items() if isinstance(value, Script)}
+
+
+def frame(nonce: str, value: object, *blobs: bytes) -> ExecuteResponse:
+    """The output a script prints for a successful call."""
+    body = _runtime.b64(_runtime.json_dumps({"ok": True, "value": value}).encode())
+    fields = [_runtime.FRAME_MARKER, nonce, body, *(_runtime.b64(blob) for blob in blobs)]
+    return ExecuteResponse(output="noise\n" + " ".join(fields) + "\n", exit_code=0)
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_each_declared_operation_is_run_by_the_module_that_defines_it(name: str) -> None:
+    op = SCRIPTS[name].op
+    module = importlib.import_module(f"sandbox_sdk.remote.{protocol.module_of(op)}")
+    assert op in module.OPS
+
+
+def test_operation_names_are_unique_and_every_one_is_found() -> None:
+    table = protocol.modules_by_op()
+    assert table["stat"] == "ls"
+    assert table["abort"] == "write"
+    assert table["run"] == "run"
+    assert {SCRIPTS[name].op for name in SCRIPTS} | {"run"} == set(table)
+
+
+def test_an_unknown_operation_is_refused_when_declared() -> None:
+    with pytest.raises(ValueError, match="no in-sandbox script"):
+        Script("no_such_op")
+
+
+def test_a_script_call_names_its_operation_once() -> None:
+    call = LS({"path": "Lg=="}, what="ls")
+    command, nonce = call.command(10**6)
+    assert call.payload == {"op": "ls", "path": "Lg=="}
+    assert "sandbox_sdk/remote/ls.py" in command
+    assert nonce in command
+
+
+def test_yield_from_a_call_returns_its_decoded_reply() -> None:
+    def operation() -> Generator[Call[Any], Any, tuple[int | None, int]]:
+        value, blobs = yield from LS({"path": "Lg=="}, what="ls")
+        return value["next"], len(blobs)
+
+    nonces: list[str] = []
+
+    def perform(call: Call[Any]) -> Any:
+        _, nonce = call.command(10**6)
+        nonces.append(nonce)
+        return call.decode(frame(nonce, {"entries": [], "next": 7}, b"x"), nonce)
+
+    assert _kernel.run(operation(), perform) == (7, 1)
+    assert len(nonces) == 1
+
+
+def test_a_lazy_call_leaves_its_blobs_encoded_until_asked() -> None:
+    call = READ_CHUNK.lazy({"path": "Lg==", "offset": 0, "length": 4}, what="read")
+    (value, (blob,)) = call.decode(frame("n", {"size": 4}, b"data"), "n")
+    assert value == {"size": 4}
+    assert isinstance(blob, protocol.LazyBlob)
+    assert blob.decode() == b"data"
+
+
+def test_a_script_call_decodes_errors_into_typed_exceptions() -> None:
+    body = _runtime.b64(_runtime.json_dumps({"ok": False, "error": {"code": 81, "message": "gone"}}).encode())
+    response = ExecuteResponse(output=f"{_runtime.FRAME_MARKER} n {body}\n", exit_code=81)
+    with pytest.raises(errors.SandboxFileNotFoundError):
+        LS({}, what="ls").decode(response, "n")
+
+
+def test_user_commands_keep_their_own_timeout_and_script_calls_get_the_operation_timeout() -> None:
+    assert ShellCall("true").timeout_or(120.0) is None
+    assert RunCall(args={}).timeout_or(120.0) is None
+    assert RunCall(args={}, timeout=5).timeout_or(120.0) == 5
+    assert LS({}, what="ls").timeout_or(120.0) == 120.0
+    assert LS({}, what="ls", timeout=3).timeout_or(120.0) == 3
+
+
+def test_a_shell_call_is_the_command_itself_and_its_reply_the_response() -> None:
+    call = ShellCall("echo hi")
+    response = ExecuteResponse(output="hi\n", exit_code=0)
+    assert call.command(1) == ("echo hi", "")
+    assert call.decode(response, "") is response
+
+
+def test_an_oversized_script_command_is_refused_before_it_is_sent() -> None:
+    with pytest.raises(errors.SandboxRuntimeError, match="exceeds max_command_bytes"):
+        LS({"path": "Lg=="}, [b"x" * 10_000], what="ls").command(5_000)
+
+
+def test_the_client_reads_the_frame_marker_from_the_runtime() -> None:
+    assert protocol.FRAME_MARKER is _runtime.FRAME_MARKER
+    assert protocol.NO_PYTHON_MARKER.startswith(_runtime.FRAME_MARKER)
+
+
+@pytest.mark.parametrize("module", sorted(set(protocol.modules_by_op().values())))
+def test_reply_declarations_are_not_shipped(module: str) -> None:
+    assert "TypedDict" not in protocol.shipped_source(module)
