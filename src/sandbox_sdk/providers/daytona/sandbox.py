@@ -8,8 +8,9 @@ import os
 import shlex
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from daytona import (
     AsyncDaytona,
@@ -25,11 +26,18 @@ from daytona import (
 from daytona import FileDownloadResponse as DaytonaDownload
 
 from sandbox_sdk import errors
-from sandbox_sdk._core import check_path
 from sandbox_sdk.base import BaseSandbox
-from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse, FileDownloadResponse, FileUploadResponse
+from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
+from sandbox_sdk.provider_kit import (
+    TIMEOUT_EXIT_CODE,
+    NativeRequest,
+    Progress,
+    UploadSource,
+    check_path,
+    download_result,
+    upload_result,
+)
 from sandbox_sdk.providers.daytona._errors import translate_errors
-from sandbox_sdk.transfer import Progress, UploadSource, transfer_error
 
 #: Default timeout of one command, in seconds (the daemon's own default is 360 s).
 DEFAULT_TIMEOUT = 120.0
@@ -68,6 +76,22 @@ class DaytonaClients:
             client = self._async.pop(asyncio.get_running_loop(), None)
         if client is not None:
             await client.close()  # type: ignore[no-untyped-call]  # unannotated in the SDK
+
+
+@dataclass(frozen=True)
+class ToolboxCall(NativeRequest):
+    """``<area>.<method>(*args, **kwargs)`` on the sandbox's toolbox (``process``,
+    ``fs``), alike on the SDK's sync and async sandbox. The SDK's errors reach the
+    operation as they are: how to read one depends on the call."""
+
+    area: str
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def on(self, sandbox: Sandbox | AsyncSandbox) -> Any:
+        """Make the call: its result from a sync sandbox, an awaitable of it from an async one."""
+        return getattr(getattr(sandbox, self.area), self.method)(*self.args, **self.kwargs)
 
 
 class DaytonaSandbox(BaseSandbox):
@@ -160,29 +184,42 @@ class DaytonaSandbox(BaseSandbox):
         kept = data[: self.max_output_bytes].decode("utf-8", "ignore")
         return ExecuteResponse(output=kept, exit_code=exit_code, truncated=True)
 
-    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
-        wrapped, seconds = self._wrap(command), self._wire_timeout(timeout)
+    def _op_execute(
+        self, command: str, timeout: float | None
+    ) -> Generator[ToolboxCall, Any, ExecuteResponse]:
+        call = ToolboxCall(
+            "process", "exec", (self._wrap(command),), {"timeout": self._wire_timeout(timeout)}
+        )
         with translate_errors(f"execute in sandbox {self._id}"):
             try:
-                reply = self._sync_sdk().process.exec(wrapped, timeout=seconds)
+                reply = yield call
             except DaytonaTimeoutError:
                 return ExecuteResponse(output="", exit_code=TIMEOUT_EXIT_CODE, timed_out=True)
         return self._response(reply.result, reply.exit_code)
 
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        return self._drive(self._op_execute(command, timeout))
+
     async def aexecute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
-        wrapped, seconds = self._wrap(command), self._wire_timeout(timeout)
-        with translate_errors(f"execute in sandbox {self._id}"):
-            try:
-                reply = await (await self._async_sdk()).process.exec(wrapped, timeout=seconds)
-            except DaytonaTimeoutError:
-                return ExecuteResponse(output="", exit_code=TIMEOUT_EXIT_CODE, timed_out=True)
-        return self._response(reply.result, reply.exit_code)
+        return await self._adrive(self._op_execute(command, timeout))
+
+    # -- carrying out toolbox calls -----------------------------------------------------------
+
+    def _perform(self, request: Any) -> Any:
+        if isinstance(request, ToolboxCall):
+            return request.on(self._sync_sdk())
+        return super()._perform(request)
+
+    async def _aperform(self, request: Any) -> Any:
+        if isinstance(request, ToolboxCall):
+            return await request.on(await self._async_sdk())
+        return await super()._aperform(request)
 
     # -- native transfers ---------------------------------------------------------------------
 
-    def upload_files(
-        self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
-    ) -> list[FileUploadResponse]:
+    def _op_upload_files(
+        self, files: Iterable[tuple[str, UploadSource]], progress: Progress | None = None
+    ) -> Generator[Any, Any, list[FileUploadResponse]]:
         """Upload through the daemon's bulk upload (one request), which creates
         parent directories. Any file the daemon rejects is retried through the
         ``execute`` path, which reports the precise error code.
@@ -193,30 +230,16 @@ class DaytonaSandbox(BaseSandbox):
         failed: Sequence[int] = ()
         if plan.uploads:
             try:
-                self._sync_sdk().fs.upload_files([upload for _, upload in plan.uploads])
+                yield ToolboxCall("fs", "upload_files", ([upload for _, upload in plan.uploads],))
             except DaytonaError as exc:
                 failed = plan.failed_indices(exc)
             plan.report(progress, failed)
         retry = plan.retry_items(failed)
-        return plan.merge(self._drive(self._op_upload_files(retry, None)) if retry else [])
+        return plan.merge((yield from super()._op_upload_files(retry, None)) if retry else [])
 
-    async def aupload_files(
-        self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
-    ) -> list[FileUploadResponse]:
-        plan = _UploadPlan.of(list(files))
-        failed: Sequence[int] = ()
-        if plan.uploads:
-            try:
-                await (await self._async_sdk()).fs.upload_files([upload for _, upload in plan.uploads])
-            except DaytonaError as exc:
-                failed = plan.failed_indices(exc)
-            plan.report(progress, failed)
-        retry = plan.retry_items(failed)
-        return plan.merge(await self._adrive(self._op_upload_files(retry, None)) if retry else [])
-
-    def download_files(
-        self, paths: Iterable[str], *, progress: Progress | None = None
-    ) -> list[FileDownloadResponse]:
+    def _op_download_files(
+        self, paths: Iterable[str], progress: Progress | None = None
+    ) -> Generator[Any, Any, list[FileDownloadResponse]]:
         """Download through the daemon's bulk download (one request). A path the
         daemon cannot serve is retried through the ``execute`` path, which
         reports the precise error code (``file_not_found``, ``is_directory``, ...)."""
@@ -224,24 +247,11 @@ class DaytonaSandbox(BaseSandbox):
         replies: list[DaytonaDownload] | None = None
         if plan.sources:
             try:
-                replies = self._sync_sdk().fs.download_files(plan.requests())
+                replies = yield ToolboxCall("fs", "download_files", (plan.requests(),))
             except DaytonaError:
                 replies = None
         retry = plan.take(replies, progress)
-        return plan.merge(self._drive(self._op_download_files(retry, None)) if retry else [])
-
-    async def adownload_files(
-        self, paths: Iterable[str], *, progress: Progress | None = None
-    ) -> list[FileDownloadResponse]:
-        plan = _DownloadPlan.of(list(paths))
-        replies: list[DaytonaDownload] | None = None
-        if plan.sources:
-            try:
-                replies = await (await self._async_sdk()).fs.download_files(plan.requests())
-            except DaytonaError:
-                replies = None
-        retry = plan.take(replies, progress)
-        return plan.merge(await self._adrive(self._op_download_files(retry, None)) if retry else [])
+        return plan.merge((yield from super()._op_download_files(retry, None)) if retry else [])
 
 
 @dataclass
@@ -264,7 +274,7 @@ class _UploadPlan:
                 check_path(path)
                 source, size = _native_source(data)
             except errors.SandboxError as exc:
-                plan.results[index] = FileUploadResponse(path=str(path), error=transfer_error(exc))
+                plan.results[index] = upload_result(str(path), exc)
                 continue
             except OSError as exc:
                 plan.results[index] = FileUploadResponse(path=path, error=f"cannot read local source: {exc}")
@@ -343,7 +353,7 @@ class _DownloadPlan:
                     raise errors.InvalidPathError(f"path must be a str, not {type(path).__name__}")
                 check_path(path)
             except errors.SandboxError as exc:
-                plan.results[index] = FileDownloadResponse(path=str(path), error=transfer_error(exc))
+                plan.results[index] = download_result(str(path), error=exc)
                 continue
             # The SDK keys its results by path, so each distinct path is requested once.
             plan.sources.setdefault(path, []).append(index)

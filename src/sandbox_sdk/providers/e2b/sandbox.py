@@ -2,9 +2,9 @@
 
 Commands go through ``commands.run`` (envd runs them as ``bash -l -c``); file
 transfers go through the native file API (``files.write`` / ``files.read``).
-Everything exists for the SDK's sync ``Sandbox`` and its native
-``AsyncSandbox``: a transfer is written once, as a generator of SDK file
-calls that a sync and an async driver perform.
+Both are operations written once, as generators of :class:`SdkCall` s that
+the kernel carries out with the SDK's sync ``Sandbox`` or its native
+``AsyncSandbox``.
 """
 
 from __future__ import annotations
@@ -13,23 +13,33 @@ import contextlib
 import io
 import posixpath
 import time
-from collections.abc import Callable, Generator, Iterable
+from abc import ABC, abstractmethod
+from collections.abc import Generator, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, Generic, TypeVar
 
-import anyio
-from e2b import AsyncSandbox, CommandExitException, FileType, Sandbox
+from e2b import AsyncCommandHandle, AsyncSandbox, CommandExitException, CommandHandle, FileType, Sandbox
 from e2b import exceptions as e2b_errors
 
-from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors
-from sandbox_sdk._core import check_path, new_token
+from sandbox_sdk._core import Pipeline  # until the provider kit exports it
 from sandbox_sdk.base import BaseSandbox
-from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse, FileDownloadResponse, FileUploadResponse
-from sandbox_sdk.providers.e2b._errors import typed_error
-from sandbox_sdk.transfer import Progress, UploadSource, open_upload_source, transfer_error
+from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
+from sandbox_sdk.provider_kit import (
+    TIMEOUT_EXIT_CODE,
+    NativeRequest,
+    Progress,
+    UploadSource,
+    check_path,
+    download_result,
+    new_token,
+    open_upload_source,
+    upload_result,
+)
+from sandbox_sdk.providers.e2b._errors import translate_errors, typed_error
 
-T = TypeVar("T")
+R = TypeVar("R")
 
 #: Command timeout when ``execute`` is given none: the SDK's own default.
 DEFAULT_TIMEOUT = 60.0
@@ -46,18 +56,6 @@ COMMAND_PREFIX = (
 )
 #: Timeout of the command that kills a timed-out command's process group.
 GROUP_KILL_TIMEOUT = 30.0
-
-
-@dataclass(frozen=True)
-class FilesCall:
-    """One call on the SDK's ``files`` module, the same for the sync and async sandbox."""
-
-    method: str
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-FilesOp = Generator[FilesCall, Any, T]
 
 
 def _twin(cls: type[Sandbox] | type[AsyncSandbox], source: Sandbox | AsyncSandbox) -> Any:
@@ -106,7 +104,7 @@ class _Output:
 
 
 class _CommandRun:
-    """One ``execute``: the arguments for ``commands.run`` and the reading of its outcome."""
+    """One ``execute``: the command as sent, its output, and the reading of its outcome."""
 
     def __init__(self, command: str, timeout: float, max_output_bytes: int) -> None:
         if not isinstance(command, str):
@@ -116,14 +114,9 @@ class _CommandRun:
         self.command = COMMAND_PREFIX + command
         self.started = time.monotonic()
 
-    def start_kwargs(self) -> dict[str, Any]:
-        """``commands.run`` arguments: in the background, to learn the pid."""
-        return {"background": True, "timeout": self.timeout, "retain_output": False}
-
-    @staticmethod
-    def group_kill(pid: int) -> str:
-        """The command that kills what a timed-out command left behind."""
-        return f"kill -KILL -- -{pid} 2>/dev/null; exit 0"
+    def streams(self) -> dict[str, Any]:
+        """The SDK's output callbacks, both into the one merged output."""
+        return {"on_stdout": self.output.add, "on_stderr": self.output.add}
 
     def response(self, exit_code: int | None, *, timed_out: bool = False) -> ExecuteResponse:
         return ExecuteResponse(
@@ -149,30 +142,122 @@ class _CommandRun:
         raise typed_error(exc, "execute") from exc
 
 
-def _upload_one(path: str, data: UploadSource) -> FilesOp[tuple[FileUploadResponse, int]]:
-    """Write to a hidden temporary file beside ``path``, then rename it into
-    place, so a reader never sees a partial file; parents are created. Returns
-    the response and the bytes sent."""
+# -- the SDK calls operations yield -----------------------------------------------------------
+
+
+class SdkCall(NativeRequest, ABC):
+    """One call on the E2B SDK, made alike on the sync ``Sandbox`` (which returns
+    its result) and the ``AsyncSandbox`` (which returns an awaitable of it)."""
+
+    @abstractmethod
+    def call(self, sdk: Sandbox | AsyncSandbox) -> Any:
+        """Make the call on ``sdk``."""
+
+    def errors(self) -> AbstractContextManager[None]:
+        """How the SDK's errors reach the operation: as they are, unless a call translates them."""
+        return contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class FilesCall(SdkCall):
+    """``files.<method>(*args, **kwargs)``; the SDK's errors arrive typed."""
+
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def call(self, sdk: Sandbox | AsyncSandbox) -> Any:
+        return getattr(sdk.files, self.method)(*self.args, **self.kwargs)
+
+    def errors(self) -> AbstractContextManager[None]:
+        return translate_errors(f"files.{self.method}", path=str(self.args[0]))
+
+
+@dataclass(frozen=True)
+class StartCommand(SdkCall):
+    """``commands.run`` in the background, to learn the pid. The async SDK takes
+    the output callbacks here, the sync one when waiting."""
+
+    run: _CommandRun
+
+    def call(self, sdk: Sandbox | AsyncSandbox) -> Any:
+        streams = self.run.streams() if isinstance(sdk, AsyncSandbox) else {}
+        options: dict[str, Any] = {"background": True, "timeout": self.run.timeout, "retain_output": False}
+        return sdk.commands.run(self.run.command, **options, **streams)
+
+
+@dataclass(frozen=True)
+class WaitCommand(SdkCall):
+    """Wait for a started command to end."""
+
+    run: _CommandRun
+    handle: CommandHandle | AsyncCommandHandle
+
+    def call(self, sdk: Sandbox | AsyncSandbox) -> Any:
+        if isinstance(self.handle, AsyncCommandHandle):
+            return self.handle.wait()
+        return self.handle.wait(**self.run.streams())
+
+
+@dataclass(frozen=True)
+class KillGroup(SdkCall):
+    """Kill what a timed-out command left running: its whole process group."""
+
+    pid: int
+
+    def call(self, sdk: Sandbox | AsyncSandbox) -> Any:
+        return sdk.commands.run(f"kill -KILL -- -{self.pid} 2>/dev/null; exit 0", timeout=GROUP_KILL_TIMEOUT)
+
+    def errors(self) -> AbstractContextManager[None]:
+        return translate_errors("kill a timed-out command")
+
+
+@dataclass(frozen=True)
+class FileTransfer(NativeRequest):
+    """One file's whole transfer, an operation of :class:`FilesCall` s, as one
+    request: a pipeline of them keeps several files in flight."""
+
+    operation: Generator[FilesCall, Any, Any]
+
+
+# -- operations -----------------------------------------------------------------------------------
+
+
+def _upload_one(path: str, data: UploadSource) -> Generator[FilesCall, Any, tuple[FileUploadResponse, int]]:
+    """Upload ``data`` to ``path`` (see :func:`_write_and_rename`); returns the
+    response and the bytes sent."""
     try:
         check_path(path)
         if path.endswith("/"):
             raise errors.SandboxIsADirectoryError("upload destination ends with '/'", path=path)
     except errors.SandboxError as exc:
-        return FileUploadResponse(path=path, error=transfer_error(exc)), 0
+        return upload_result(path, exc), 0
     try:
         source = open_upload_source(data)
     except (OSError, errors.SandboxError) as exc:
         return FileUploadResponse(path=path, error=f"cannot read local source: {exc}"), 0
-    staging = posixpath.join(posixpath.dirname(path), f".sbx-upload-{new_token()}")
-    stream = source.stream
     try:
-        if stream.seekable() and stream.tell():
-            # The SDK sizes a file object from its start, but we upload from
-            # its current position: hand it just the rest.
-            stream = io.BytesIO(stream.read())
+        failure = yield from _write_and_rename(path, _rest_of(source.stream))
     except OSError as exc:
-        source.close()
         return FileUploadResponse(path=path, error=f"cannot read local source: {exc}"), 0
+    finally:
+        source.close()
+    return upload_result(path, failure), 0 if failure else source.size or 0
+
+
+def _rest_of(stream: BinaryIO) -> BinaryIO:
+    """The SDK sizes a file object from its start, but we upload from its current
+    position: hand it just the rest."""
+    if stream.seekable() and stream.tell():
+        return io.BytesIO(stream.read())
+    return stream
+
+
+def _write_and_rename(path: str, stream: BinaryIO) -> Generator[FilesCall, Any, errors.SandboxError | None]:
+    """Write to a hidden temporary file beside ``path``, then rename it into
+    place, so a reader never sees a partial file; parents are created. Returns
+    the failure, if any, once the temporary file is removed."""
+    staging = posixpath.join(posixpath.dirname(path), f".sbx-upload-{new_token()}")
     try:
         yield FilesCall("write", (staging, stream))
         try:
@@ -180,17 +265,13 @@ def _upload_one(path: str, data: UploadSource) -> FilesOp[tuple[FileUploadRespon
         except errors.SandboxError as exc:
             raise (yield from _rename_failure(path, exc)) from exc
     except errors.SandboxError as exc:
-        failure = exc
-    else:
-        return FileUploadResponse(path=path), source.size or 0
-    finally:
-        source.close()
-    with contextlib.suppress(errors.SandboxError):
-        yield FilesCall("remove", (staging,))
-    return FileUploadResponse(path=path, error=transfer_error(failure)), 0
+        with contextlib.suppress(errors.SandboxError):
+            yield FilesCall("remove", (staging,))
+        return exc
+    return None
 
 
-def _rename_failure(path: str, exc: errors.SandboxError) -> FilesOp[errors.SandboxError]:
+def _rename_failure(path: str, exc: errors.SandboxError) -> Generator[FilesCall, Any, errors.SandboxError]:
     """envd reports renaming onto a directory as "file exists" (Go's ``os.Rename``):
     look at the destination to report it as what it is."""
     try:
@@ -202,13 +283,31 @@ def _rename_failure(path: str, exc: errors.SandboxError) -> FilesOp[errors.Sandb
     return exc
 
 
-def _download_one(path: str) -> FilesOp[FileDownloadResponse]:
+def _download_one(path: str) -> Generator[FilesCall, Any, tuple[FileDownloadResponse, int]]:
+    """Read the file whole; returns the response and the bytes received."""
     try:
         check_path(path)
         content = yield FilesCall("read", (path,), {"format": "bytes"})
     except errors.SandboxError as exc:
-        return FileDownloadResponse(path=path, error=transfer_error(exc))
-    return FileDownloadResponse(path=path, content=bytes(content))
+        return download_result(path, error=exc), 0
+    return download_result(path, bytes(content)), len(content)
+
+
+class _Results(Generic[R]):
+    """Per-file results in order; ``progress`` counts each file's bytes once it
+    is done (totals are not known ahead)."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self.progress = progress
+        self.items: list[R] = []
+        self.done = 0
+
+    def add(self, outcome: tuple[R, int]) -> None:
+        result, size = outcome
+        self.items.append(result)
+        self.done += size
+        if self.progress is not None:
+            self.progress(self.done, self.done)
 
 
 class E2BSandbox(BaseSandbox):
@@ -259,156 +358,82 @@ class E2BSandbox(BaseSandbox):
             self._async = _twin(AsyncSandbox, self._sync)
         return self._async
 
-    def _command_timeout(self, timeout: float | None) -> float:
-        return self.timeout if timeout is None else check_timeout(timeout)
-
-    # -- execute -----------------------------------------------------------------------
-
-    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
-        run = _CommandRun(command, self._command_timeout(timeout), self.max_output_bytes)
-        commands = self.sdk_sandbox.commands
-        pid: int | None = None
-        try:
-            handle = commands.run(run.command, **run.start_kwargs())
-            pid = handle.pid
-            result = handle.wait(on_stdout=run.output.add, on_stderr=run.output.add)
-        except Exception as exc:  # noqa: BLE001 - sorted out by _CommandRun.failed
-            response = run.failed(exc)
-            if response.timed_out and pid is not None:
-                try:
-                    commands.run(run.group_kill(pid), timeout=GROUP_KILL_TIMEOUT)
-                except Exception as kill_exc:
-                    raise typed_error(kill_exc, "kill a timed-out command") from kill_exc
-            return response
-        return run.response(result.exit_code)
-
-    async def aexecute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
-        run = _CommandRun(command, self._command_timeout(timeout), self.max_output_bytes)
-        commands = self.sdk_async_sandbox.commands
-        pid: int | None = None
-        try:
-            handle = await commands.run(
-                run.command, on_stdout=run.output.add, on_stderr=run.output.add, **run.start_kwargs()
-            )
-            pid = handle.pid
-            result = await handle.wait()
-        except Exception as exc:  # noqa: BLE001 - sorted out by _CommandRun.failed
-            response = run.failed(exc)
-            if response.timed_out and pid is not None:
-                try:
-                    await commands.run(run.group_kill(pid), timeout=GROUP_KILL_TIMEOUT)
-                except Exception as kill_exc:
-                    raise typed_error(kill_exc, "kill a timed-out command") from kill_exc
-            return response
-        return run.response(result.exit_code)
-
-    # -- native transfers ------------------------------------------------------------------
-
-    def _perform_files(self, operation: FilesOp[T]) -> T:
-        files = self.sdk_sandbox.files
-
-        def perform(call: FilesCall) -> Any:
-            try:
-                return getattr(files, call.method)(*call.args, **call.kwargs)
-            except Exception as exc:
-                raise typed_error(exc, f"files.{call.method}", path=str(call.args[0])) from exc
-
-        return kernel.run(operation, perform)
-
-    async def _aperform_files(self, operation: FilesOp[T]) -> T:
-        files = self.sdk_async_sandbox.files
-
-        async def perform(call: FilesCall) -> Any:
-            try:
-                return await getattr(files, call.method)(*call.args, **call.kwargs)
-            except Exception as exc:
-                raise typed_error(exc, f"files.{call.method}", path=str(call.args[0])) from exc
-
-        return await kernel.arun(operation, perform)
-
-    async def _aperform_all(
-        self, operations: list[FilesOp[T]], paths: list[str], finished: Callable[[T], None]
-    ) -> list[T]:
-        """Run ``operations`` with up to ``transfer_concurrency`` in flight, results
-        in order. When paths repeat they run one after another, as listed, so the
-        last one wins as it would sequentially."""
-        if len(set(paths)) < len(paths):
-            ordered = []
-            for operation in operations:
-                ordered.append(await self._aperform_files(operation))
-                finished(ordered[-1])
-            return ordered
-        results: dict[int, T] = {}
-        limit = anyio.Semaphore(self.transfer_concurrency)
-
-        async def one(index: int) -> None:
-            async with limit:
-                results[index] = await self._aperform_files(operations[index])
-                finished(results[index])
-
-        async with anyio.create_task_group() as group:
-            for index in range(len(operations)):
-                group.start_soon(one, index)
-        return [results[index] for index in range(len(operations))]
-
-    @staticmethod
-    def _report(progress: Progress | None, done: list[int], count: int) -> None:
-        """Progress counts each file's bytes once it is done (totals are not known ahead)."""
-        done[0] += count
-        if progress is not None:
-            progress(done[0], done[0])
-
-    def upload_files(
-        self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
-    ) -> list[FileUploadResponse]:
-        """Upload through ``files.write`` then ``files.rename``: per-file errors, in order."""
-        done: list[int] = [0]
-        results = []
-        for path, data in list(files):
-            response, sent = self._perform_files(_upload_one(path, data))
-            results.append(response)
-            self._report(progress, done, sent)
-        return results
-
-    async def aupload_files(
-        self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
-    ) -> list[FileUploadResponse]:
-        items = list(files)
-        done: list[int] = [0]
-
-        def finished(outcome: tuple[FileUploadResponse, int]) -> None:
-            self._report(progress, done, outcome[1])
-
-        outcomes = await self._aperform_all(
-            [_upload_one(path, data) for path, data in items], [path for path, _ in items], finished
-        )
-        return [response for response, _ in outcomes]
-
-    def download_files(
-        self, paths: Iterable[str], *, progress: Progress | None = None
-    ) -> list[FileDownloadResponse]:
-        """Download through ``files.read(format="bytes")``: per-file errors, in order."""
-        done: list[int] = [0]
-        results = []
-        for path in list(paths):
-            response = self._perform_files(_download_one(path))
-            results.append(response)
-            self._report(progress, done, len(response.content or b""))
-        return results
-
-    async def adownload_files(
-        self, paths: Iterable[str], *, progress: Progress | None = None
-    ) -> list[FileDownloadResponse]:
-        wanted = list(paths)
-        done: list[int] = [0]
-
-        def finished(response: FileDownloadResponse) -> None:
-            self._report(progress, done, len(response.content or b""))
-
-        return await self._aperform_all([_download_one(path) for path in wanted], wanted, finished)
-
     def __repr__(self) -> str:
         return f"E2BSandbox(id={self.id!r})"
+
+    # -- carrying out the SDK calls -------------------------------------------------------------
+
+    def _perform(self, request: Any) -> Any:
+        if isinstance(request, SdkCall):
+            with request.errors():
+                return request.call(self.sdk_sandbox)
+        if isinstance(request, FileTransfer):
+            return self._drive(request.operation)
+        return super()._perform(request)
+
+    async def _aperform(self, request: Any) -> Any:
+        if isinstance(request, SdkCall):
+            with request.errors():
+                return await request.call(self.sdk_async_sandbox)
+        if isinstance(request, FileTransfer):
+            return await self._adrive(request.operation)
+        return await super()._aperform(request)
+
+    # -- execute ------------------------------------------------------------------------------------
+
+    def _op_execute(self, command: str, timeout: float | None) -> Generator[SdkCall, Any, ExecuteResponse]:
+        """Start the command and wait for its end; past its timeout, kill its process group."""
+        seconds = self.timeout if timeout is None else check_timeout(timeout)
+        run = _CommandRun(command, seconds, self.max_output_bytes)
+        handle: CommandHandle | AsyncCommandHandle | None = None
+        try:
+            handle = yield StartCommand(run)
+            result = yield WaitCommand(run, handle)
+        except Exception as exc:  # noqa: BLE001 - sorted out by _CommandRun.failed
+            response = run.failed(exc)
+            if response.timed_out and handle is not None:
+                yield KillGroup(handle.pid)
+            return response
+        return run.response(result.exit_code)
+
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        return self._drive(self._op_execute(command, timeout))
+
+    async def aexecute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        return await self._adrive(self._op_execute(command, timeout))
+
+    # -- native transfers -----------------------------------------------------------------------
+
+    def _op_upload_files(
+        self, files: Iterable[tuple[str, UploadSource]], progress: Progress | None = None
+    ) -> Generator[Any, Any, list[FileUploadResponse]]:
+        """Upload through ``files.write`` then ``files.rename``: per-file errors, in order."""
+        items = list(files)
+        uploads = [_upload_one(path, data) for path, data in items]
+        return (yield from self._op_each(uploads, [path for path, _ in items], progress))
+
+    def _op_download_files(
+        self, paths: Iterable[str], progress: Progress | None = None
+    ) -> Generator[Any, Any, list[FileDownloadResponse]]:
+        """Download through ``files.read(format="bytes")``: per-file errors, in order."""
+        wanted = list(paths)
+        return (yield from self._op_each([_download_one(path) for path in wanted], wanted, progress))
+
+    def _op_each(
+        self,
+        transfers: list[Generator[FilesCall, Any, tuple[R, int]]],
+        paths: Sequence[str],
+        progress: Progress | None,
+    ) -> Generator[Any, Any, list[R]]:
+        """Run one transfer per path, up to ``transfer_concurrency`` in flight, results in
+        order. When paths repeat they run one after another, so the last one wins as it
+        would sequentially."""
+        results = _Results[R](progress)
+        window = self.transfer_concurrency if len(set(paths)) == len(paths) else 1
+        yield Pipeline(
+            calls=[FileTransfer(transfer) for transfer in transfers], consume=results.add, window=window
+        )
+        return results.items
 
 
 __all__ = ["DEFAULT_TIMEOUT", "E2BSandbox"]

@@ -7,21 +7,31 @@ import os
 import posixpath
 import shlex
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterable, Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import anyio
 import anyio.from_thread
 import modal
 
 from sandbox_sdk import errors
-from sandbox_sdk._core import check_path, new_token
+from sandbox_sdk._core import Pipeline  # until the provider kit exports it
 from sandbox_sdk.base import BaseSandbox
-from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse, FileDownloadResponse, FileUploadResponse
+from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
+from sandbox_sdk.provider_kit import (
+    TIMEOUT_EXIT_CODE,
+    NativeRequest,
+    Progress,
+    UploadSource,
+    check_path,
+    new_token,
+    open_upload_source,
+    transfer_error,
+)
 from sandbox_sdk.providers.modal._errors import translate_errors
-from sandbox_sdk.transfer import Progress, UploadSource, open_upload_source, transfer_error
 
 #: Default timeout of one ``execute`` in seconds.
 DEFAULT_TIMEOUT = 120.0
@@ -87,6 +97,33 @@ class _Output:
                 output=output, exit_code=TIMEOUT_EXIT_CODE, truncated=self.truncated, timed_out=True
             )
         return ExecuteResponse(output=output, exit_code=returncode, truncated=self.truncated)
+
+
+@dataclass(frozen=True)
+class FilesystemCall(NativeRequest):
+    """``sandbox.filesystem.<method>(*args)``, blocking or through its ``.aio``; the
+    SDK's errors arrive typed, as errors of doing ``what`` to ``path``."""
+
+    method: str
+    args: tuple[Any, ...]
+    what: str
+    path: str
+
+
+@dataclass(frozen=True)
+class ShellCommand(NativeRequest):
+    """A command run with ``execute`` / ``aexecute``; the reply is its ``ExecuteResponse``."""
+
+    command: str
+    timeout: float
+
+
+@dataclass(frozen=True)
+class FileTransfer(NativeRequest):
+    """One file's part of a transfer, an operation of :class:`FilesystemCall` s, as one
+    request: a pipeline of them keeps several files in flight."""
+
+    operation: Generator[FilesystemCall, Any, Any]
 
 
 class ModalSandbox(BaseSandbox):
@@ -177,142 +214,107 @@ class ModalSandbox(BaseSandbox):
 
     # -- native transfers ------------------------------------------------------------------
 
+    def _op_working_directory(self) -> Generator[ShellCommand, Any, str]:
+        if self._working_directory is None:
+            response = yield ShellCommand("pwd", self.operation_timeout)
+            if response.exit_code != 0 or not response.output.startswith("/"):
+                raise errors.SandboxRuntimeError(f"cannot find the working directory: {response.output!r}")
+            self._working_directory = response.output.strip()
+        return self._working_directory
+
     def working_directory(self) -> str:
         """The directory relative transfer paths are taken from (asked once with ``pwd``):
         Modal's file API only takes absolute paths."""
-        if self._working_directory is None:
-            self._remember_working_directory(self.execute("pwd", timeout=self.operation_timeout))
-        assert self._working_directory is not None
-        return self._working_directory
+        return self._drive(self._op_working_directory())
 
     async def aworking_directory(self) -> str:
-        if self._working_directory is None:
-            self._remember_working_directory(await self.aexecute("pwd", timeout=self.operation_timeout))
-        assert self._working_directory is not None
-        return self._working_directory
-
-    def _remember_working_directory(self, response: ExecuteResponse) -> None:
-        if response.exit_code != 0 or not response.output.startswith("/"):
-            raise errors.SandboxRuntimeError(f"cannot find the working directory: {response.output!r}")
-        self._working_directory = response.output.strip()
+        """Async :meth:`working_directory`."""
+        return await self._adrive(self._op_working_directory())
 
     def _absolute(self, path: str, workdir: str) -> str:
         """``path`` made absolute, after the checks every transfer path gets."""
         check_path(path)
         return posixpath.normpath(posixpath.join(workdir, path))
 
-    def upload_files(
-        self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
-    ) -> list[FileUploadResponse]:
+    def _perform(self, request: Any) -> Any:
+        if isinstance(request, FilesystemCall):
+            with translate_errors(request.what, path=request.path):
+                return getattr(self.sandbox.filesystem, request.method)(*request.args)
+        if isinstance(request, ShellCommand):
+            return self.execute(request.command, timeout=request.timeout)
+        if isinstance(request, FileTransfer):
+            return self._drive(request.operation)
+        return super()._perform(request)
+
+    async def _aperform(self, request: Any) -> Any:
+        if isinstance(request, FilesystemCall):
+            with translate_errors(request.what, path=request.path):
+                return await getattr(self.sandbox.filesystem, request.method).aio(*request.args)
+        if isinstance(request, ShellCommand):
+            return await self.aexecute(request.command, timeout=request.timeout)
+        if isinstance(request, FileTransfer):
+            return await self._adrive(request.operation)
+        return await super()._aperform(request)
+
+    def _op_upload_files(
+        self, files: Iterable[tuple[str, UploadSource]], progress: Progress | None = None
+    ) -> Generator[Any, Any, list[FileUploadResponse]]:
         """Each file is written with ``filesystem.write_bytes`` (a local path is streamed with
-        ``copy_from_local``) to a hidden name beside its destination (parents created), then
-        all are renamed into place in one command, so a destination is replaced whole or not
-        at all."""
+        ``copy_from_local``) to a hidden name beside its destination (parents created), several
+        at once; then all are renamed into place in one command, so a destination is replaced
+        whole or not at all."""
         plan = _UploadPlan(list(files), progress)
         if not plan.files:
             return []
-        workdir = self.working_directory()
-        for index, (path, _) in enumerate(plan.files):
-            target = plan.prepare(index, path, lambda p: self._absolute(p, workdir))
-            if target is None:
-                continue
-            local = plan.source(index)
-            if local is None:
-                continue
-            with plan.failures(index):
-                with translate_errors(f"upload {path!r}", path=path):
-                    if local.path is not None:
-                        self.sandbox.filesystem.copy_from_local(local.path, target.staging)
-                    else:
-                        self.sandbox.filesystem.write_bytes(local.data, target.staging)
-                plan.staged(index, local.size)
+        workdir = yield from self._op_working_directory()
+        stages = [FileTransfer(self._op_upload_one(plan, index, workdir)) for index in range(len(plan.files))]
+        yield Pipeline(stages, _ignore, self.transfer_concurrency)
         for command in plan.commit_commands(self.max_command_bytes):
-            plan.committed(self.execute(command, timeout=self.operation_timeout))
+            plan.committed((yield ShellCommand(command, self.operation_timeout)))
         return plan.responses()
 
-    async def aupload_files(
-        self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
-    ) -> list[FileUploadResponse]:
-        plan = _UploadPlan(list(files), progress)
-        if not plan.files:
+    def _op_upload_one(
+        self, plan: _UploadPlan, index: int, workdir: str
+    ) -> Generator[FilesystemCall, Any, None]:
+        """Write file ``index`` under its staging name; a failure is the file's own, kept in ``plan``."""
+        path = plan.files[index][0]
+        target = plan.prepare(index, path, lambda p: self._absolute(p, workdir))
+        local = None if target is None else plan.source(index)
+        if target is None or local is None:
+            return
+        with plan.failures(index):
+            yield local.write(target.staging, path)
+            plan.staged(index, local.size)
+
+    def _op_download_files(
+        self, paths: Iterable[str], progress: Progress | None = None
+    ) -> Generator[Any, Any, list[FileDownloadResponse]]:
+        """Each file read whole with ``filesystem.read_bytes``, several at once; one response
+        per path, in order."""
+        downloads = _Downloads(list(paths), progress)
+        if not downloads.paths:
             return []
-        workdir = await self.aworking_directory()
-
-        async def one(index: int, path: str) -> None:
-            target = plan.prepare(index, path, lambda p: self._absolute(p, workdir))
-            local = None if target is None else plan.source(index)
-            if target is None or local is None:
-                return
-            with plan.failures(index):
-                with translate_errors(f"upload {path!r}", path=path):
-                    if local.path is not None:
-                        await self.sandbox.filesystem.copy_from_local.aio(local.path, target.staging)
-                    else:
-                        await self.sandbox.filesystem.write_bytes.aio(local.data, target.staging)
-                plan.staged(index, local.size)
-
-        await _concurrently(one, [path for path, _ in plan.files], self.transfer_concurrency)
-        for command in plan.commit_commands(self.max_command_bytes):
-            plan.committed(await self.aexecute(command, timeout=self.operation_timeout))
-        return plan.responses()
-
-    def download_files(
-        self, paths: Iterable[str], *, progress: Progress | None = None
-    ) -> list[FileDownloadResponse]:
-        """Each file read whole with ``filesystem.read_bytes``; one response per path, in order."""
-        paths = list(paths)
-        if not paths:
-            return []
-        workdir = self.working_directory()
-        downloads = _Downloads(paths, progress)
-        for index, path in enumerate(paths):
-            with downloads.failures(index):
-                absolute = self._absolute(path, workdir)
-                with translate_errors(f"download {path!r}", path=path):
-                    downloads.done(index, self.sandbox.filesystem.read_bytes(absolute))
+        workdir = yield from self._op_working_directory()
+        reads = [
+            FileTransfer(self._op_download_one(downloads, index, workdir))
+            for index in range(len(downloads.paths))
+        ]
+        yield Pipeline(reads, downloads.done, self.transfer_concurrency)
         return downloads.responses()
 
-    async def adownload_files(
-        self, paths: Iterable[str], *, progress: Progress | None = None
-    ) -> list[FileDownloadResponse]:
-        paths = list(paths)
-        if not paths:
-            return []
-        workdir = await self.aworking_directory()
-        downloads = _Downloads(paths, progress)
-
-        async def one(index: int, path: str) -> None:
-            with downloads.failures(index):
-                absolute = self._absolute(path, workdir)
-                with translate_errors(f"download {path!r}", path=path):
-                    downloads.done(index, await self.sandbox.filesystem.read_bytes.aio(absolute))
-
-        await _concurrently(one, paths, self.transfer_concurrency)
-        return downloads.responses()
+    def _op_download_one(
+        self, downloads: _Downloads, index: int, workdir: str
+    ) -> Generator[FilesystemCall, Any, bytes | None]:
+        """The content of file ``index``; ``None`` after a failure of its own, kept in ``downloads``."""
+        path = downloads.paths[index]
+        with downloads.failures(index):
+            absolute = self._absolute(path, workdir)
+            return bytes((yield FilesystemCall("read_bytes", (absolute,), f"download {path!r}", path)))
+        return None
 
 
-async def _concurrently(
-    work: Callable[[int, str], Awaitable[None]], paths: Sequence[str], limit: int
-) -> None:
-    """``work(index, path)`` for every path, ``limit`` at a time (one file in memory each);
-    the first failure is raised as itself, not wrapped in an exception group."""
-    limiter = anyio.CapacityLimiter(limit)
-    failures: list[Exception] = []
-
-    async def guarded(index: int, path: str) -> None:
-        async with limiter:
-            if failures:
-                return
-            try:
-                await work(index, path)
-            except Exception as exc:  # noqa: BLE001 - raised below, after the others stop
-                failures.append(exc)
-
-    async with anyio.create_task_group() as group:
-        for index, path in enumerate(paths):
-            group.start_soon(guarded, index, path)
-    if failures:
-        raise failures[0]
+def _ignore(reply: object) -> None:
+    """The replies a pipeline's consumer has no use for."""
 
 
 @dataclass
@@ -320,6 +322,12 @@ class _LocalSource:
     size: int
     path: str | None = None
     data: bytes = b""
+
+    def write(self, staging: str, path: str) -> FilesystemCall:
+        """The call writing it to ``staging``: a local path streamed by the SDK, else the bytes."""
+        if self.path is not None:
+            return FilesystemCall("copy_from_local", (self.path, staging), f"upload {path!r}", path)
+        return FilesystemCall("write_bytes", (self.data, staging), f"upload {path!r}", path)
 
 
 @dataclass
@@ -457,14 +465,16 @@ class _Downloads(_PerFileFailures):
         super().__init__(len(paths))
         self.paths = paths
         self.progress = progress
-        self.contents: list[bytes | None] = [None] * len(paths)
+        self.contents: list[bytes | None] = []
         self.done_bytes = 0
 
-    def done(self, index: int, content: bytes) -> None:
-        self.contents[index] = bytes(content)
-        self.done_bytes += len(content)
-        if self.progress is not None:
-            self.progress(self.done_bytes, self.done_bytes)
+    def done(self, content: bytes | None) -> None:
+        """The next file's content (in order), ``None`` if it failed."""
+        self.contents.append(content)
+        if content is not None:
+            self.done_bytes += len(content)
+            if self.progress is not None:
+                self.progress(self.done_bytes, self.done_bytes)
 
     def responses(self) -> list[FileDownloadResponse]:
         return [
