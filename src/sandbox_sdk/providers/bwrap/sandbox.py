@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,6 +19,7 @@ from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script, run_process
 from sandbox_sdk.provider_kit.host_state import mark_used
+from sandbox_sdk.providers.bwrap import _seccomp
 
 #: Where the workspace appears inside the jail (and the working directory).
 WORKSPACE_PATH = "/workspace"
@@ -104,13 +107,28 @@ class ResourceLimits(BaseModel):
         return [f"{flag}={value}" for flag, value in pairs if value is not None] + ["--core=0"]
 
 
-def _tool(name: str) -> str:
+def _tool(name: str, package: str = "util-linux") -> str:
     path = shutil.which(name, path=PATH)
     if path is None:
         raise errors.ProviderUnavailableError(
-            f"`{name}` (util-linux) is required by the bwrap provider but was not found on {PATH}"
+            f"`{name}` ({package}) is required by the bwrap provider but was not found on {PATH}"
         )
     return path
+
+
+@contextlib.contextmanager
+def _memory_file(name: str, data: bytes) -> Iterator[int]:
+    """A descriptor of an anonymous in-memory file holding ``data``, read
+    from its start by whoever inherits it."""
+    fd = os.memfd_create(name)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def is_initial_user_namespace() -> bool:
@@ -146,16 +164,29 @@ def _shared_memory(limits: ResourceLimits) -> list[str]:
     return ["--perms", "01777", *size, "--tmpfs", "/dev/shm"]
 
 
+class JailSettings(NamedTuple):
+    """What one sandbox's jails are made of."""
+
+    workspace: Path
+    tmp_dir: Path
+    env: Mapping[str, str]
+    limits: ResourceLimits
+    network: bool
+
+
 class Jail:
     """How to start a bwrap jail on this host, checked once by :meth:`probe`.
 
     As an ordinary user, bwrap makes a user namespace for the jail (and
     forbids nested ones), which also makes ``RLIMIT_NPROC`` count only the
-    jail's processes. The host's root (uid 0 not remapped by a container) is
+    jail's processes, and loads the seccomp filter (``_seccomp``) before the
+    command starts. The host's root (uid 0 not remapped by a container) is
     exempt from ``RLIMIT_NPROC``, so as root bwrap mounts as root, then the
     command drops to ``root_sandbox_user`` with no capabilities and
-    ``no_new_privs``, sets the limits and enters a user namespace of its own
-    (created under the limits, so nested namespaces stay bounded too)."""
+    ``no_new_privs``, enters a user namespace of its own, sets the limits and
+    loads the filter, which from then on refuses new namespaces (so none can
+    be nested to escape the limits); bwrap cannot load it, since it would
+    refuse that ``unshare`` too."""
 
     def __init__(
         self,
@@ -175,20 +206,26 @@ class Jail:
         self.prlimit = _tool("prlimit")
         self.setpriv = _tool("setpriv") if self.as_root else ""
         self.unshare = _tool("unshare") if self.as_root else ""
+        self.perl = _tool("perl", "perl-base") if self.as_root else ""
         self.system_mounts = _system_mounts(extra_ro_binds)
+        self.seccomp_filter = _seccomp.deny_filter()
 
-    def argv(
-        self,
-        command: str,
-        *,
-        workspace: Path,
-        tmp_dir: Path,
-        env: Mapping[str, str],
-        limits: ResourceLimits,
-        network: bool,
-    ) -> list[str]:
-        argv = [
-            self.bwrap,
+    @contextlib.contextmanager
+    def launch(self, command: str, settings: JailSettings) -> Iterator[tuple[list[str], tuple[int, ...]]]:
+        """The argv that starts a jail running ``command``, and the
+        descriptors it must inherit: the seccomp filter's."""
+        with _memory_file("sandbox-sdk-seccomp", self.seccomp_filter) as filter_fd:
+            options = self.options(settings)
+            if not self.as_root:
+                options += ["--seccomp", str(filter_fd)]
+            yield (
+                [self.bwrap, *options, "--", *self.command(command, settings.limits, filter_fd)],
+                (filter_fd,),
+            )
+
+    def options(self, settings: JailSettings) -> list[str]:
+        """bwrap's options: namespaces, mounts, environment."""
+        options = [
             "--die-with-parent",
             "--new-session",
             "--unshare-pid",
@@ -198,34 +235,41 @@ class Jail:
             "--hostname",
             "sandbox",
         ]
-        if not network:
-            argv.append("--unshare-net")
+        if not settings.network:
+            options.append("--unshare-net")
         if self.as_root:  # to drop to the sandbox user below; dropped with it
-            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+            options += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         else:
-            argv += ["--unshare-user", "--disable-userns"]
-        argv += self.system_mounts
-        argv += [
+            options += ["--unshare-user", "--disable-userns"]
+        options += self.system_mounts
+        options += [
             "--proc", "/proc",
             "--dev", "/dev",
-            *_shared_memory(limits),
-            "--bind", str(workspace), WORKSPACE_PATH,
-            "--bind", str(tmp_dir), "/tmp",
+            *_shared_memory(settings.limits),
+            "--bind", str(settings.workspace), WORKSPACE_PATH,
+            "--bind", str(settings.tmp_dir), "/tmp",
             "--remount-ro", "/",  # the jail's own root and /etc: nothing to write there
             "--chdir", WORKSPACE_PATH,
             "--clearenv",
         ]  # fmt: skip
-        for key, value in env.items():
-            argv += ["--setenv", key, value]
-        argv.append("--")
-        if self.as_root:
-            uid, gid = (str(n) for n in self.root_sandbox_user)
-            argv += [self.setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs"]
-            argv += ["--", self.prlimit, *limits.prlimit_args(), "--"]
-            argv += [self.unshare, "--user", f"--map-user={uid}", f"--map-group={gid}", "--"]
-        else:
-            argv += [self.prlimit, *limits.prlimit_args(), "--"]
-        return [*argv, "bash", "-c", command]
+        for key, value in settings.env.items():
+            options += ["--setenv", key, value]
+        return options
+
+    def command(self, command: str, limits: ResourceLimits, filter_fd: int) -> list[str]:
+        """What bwrap runs: the steps before ``bash -c command`` (as root,
+        the filter is loaded last, from ``filter_fd``)."""
+        limited = [self.prlimit, *limits.prlimit_args(), "--"]
+        if not self.as_root:
+            return [*limited, "bash", "-c", command]
+        uid, gid = (str(n) for n in self.root_sandbox_user)
+        return [
+            *(self.setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs", "--"),
+            *(self.unshare, "--user", f"--map-user={uid}", f"--map-group={gid}", "--"),
+            *limited,
+            *(self.perl, *_seccomp.loader_args(filter_fd)),
+            *("bash", "-c", command),
+        ]
 
     def probe(self, scratch: Path) -> None:
         """Start one jail; raise ``ProviderUnavailableError`` saying why not."""
@@ -233,18 +277,17 @@ class Jail:
         for directory in (workspace, tmp_dir):
             directory.mkdir(exist_ok=True)
             self.own(directory)
-        argv = self.argv(
-            "exit 0",
-            workspace=workspace,
-            tmp_dir=tmp_dir,
-            env=BASE_ENV,
-            limits=ResourceLimits(),
-            network=False,
-        )
+        settings = JailSettings(workspace, tmp_dir, BASE_ENV, ResourceLimits(), network=False)
         try:
-            result = subprocess.run(
-                argv, capture_output=True, timeout=60, stdin=subprocess.DEVNULL, check=False
-            )
+            with self.launch("exit 0", settings) as (argv, pass_fds):
+                result = subprocess.run(
+                    argv,
+                    capture_output=True,
+                    timeout=60,
+                    stdin=subprocess.DEVNULL,
+                    check=False,
+                    pass_fds=pass_fds,
+                )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise errors.ProviderUnavailableError(
                 f"bubblewrap could not be started: {exc}. {INSTALL_HINT}"
@@ -328,22 +371,18 @@ class BwrapSandbox(BaseSandbox):
             raise errors.InvalidArgumentError("command must be a str")
         if self.usage_dir is not None:
             mark_used(self.usage_dir)
-        with bash_script(command) as (script, pass_fds):
-            argv = self.jail.argv(
-                script,
-                workspace=self.workspace,
-                tmp_dir=self.tmp_dir,
-                env=self.env,
-                limits=self.limits,
-                network=self.network,
-            )
+        settings = JailSettings(self.workspace, self.tmp_dir, self.env, self.limits, self.network)
+        with (
+            bash_script(command) as (script, script_fds),
+            self.jail.launch(script, settings) as (argv, jail_fds),
+        ):
             return run_process(
                 argv,
                 cwd=None,
                 env={"PATH": PATH},
                 timeout=self.limits.timeout if timeout is None else timeout,
                 max_output_bytes=self.max_output_bytes,
-                pass_fds=pass_fds,
+                pass_fds=(*script_fds, *jail_fds),
             )
 
     def __repr__(self) -> str:
