@@ -24,11 +24,6 @@ MiB = 1024 * 1024
 
 
 @pytest.fixture
-def provider(tmp_path: Path) -> BwrapProvider:
-    return BwrapProvider(tmp_path / "state")
-
-
-@pytest.fixture
 def sandbox(provider: BwrapProvider) -> BwrapSandbox:
     return provider.create()
 

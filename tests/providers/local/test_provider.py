@@ -1,0 +1,16 @@
+"""The local provider's lifecycle: the conformance kit's contract and the
+state-directory behaviour it shares with bwrap."""
+
+from __future__ import annotations
+
+from sandbox_sdk.providers.local import LocalProvider
+from sandbox_sdk.testing import ProviderConformanceTests
+from tests.providers.host_state import HostStateLifecycleTests
+
+
+class TestLocalProvider(ProviderConformanceTests):
+    """Runs on the conftest's ``provider``."""
+
+
+class TestLocalLifecycle(HostStateLifecycleTests):
+    provider_class = LocalProvider
