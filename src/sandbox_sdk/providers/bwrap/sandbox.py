@@ -6,7 +6,6 @@ import contextlib
 import functools
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -19,12 +18,13 @@ from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script, run_process
 from sandbox_sdk.provider_kit.host_state import mark_used
-from sandbox_sdk.providers.bwrap import _seccomp
+from sandbox_sdk.providers.bwrap import _keyring, _seccomp
 
 #: Where the workspace appears inside the jail (and the working directory).
 WORKSPACE_PATH = "/workspace"
 TMP_DIR = "tmp"
 DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
+PROBE_OUTPUT_BYTES = 64 * 1024
 #: Host uid/gid the jail runs as when the SDK runs as root (``nobody``).
 DEFAULT_ROOT_SANDBOX_USER = (65534, 65534)
 #: Top-level directories that are the system (or symlinks into ``/usr``).
@@ -51,6 +51,10 @@ ETC_ENTRIES = (
     "protocols",
     "services",
 )
+#: What ``/proc`` tells of kernel keys: every key the reader may view, by
+#: name, and key counts per user. Masked with /dev/null, as Docker masks
+#: ``/proc/keys`` (moby/moby daemon/pkg/oci/defaults.go, MaskedPaths).
+KEYRING_FILES = ("/proc/keys", "/proc/key-users")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BASE_ENV = {
     "PATH": PATH,
@@ -208,6 +212,9 @@ class Jail:
         self.unshare = _tool("unshare") if self.as_root else ""
         self.perl = _tool("perl", "perl-base") if self.as_root else ""
         self.system_mounts = _system_mounts(extra_ro_binds)
+        self.proc_masks = [
+            arg for path in KEYRING_FILES if os.path.exists(path) for arg in ("--dev-bind", "/dev/null", path)
+        ]
         self.seccomp_filter = _seccomp.deny_filter()
 
     @contextlib.contextmanager
@@ -244,6 +251,7 @@ class Jail:
         options += self.system_mounts
         options += [
             "--proc", "/proc",
+            *self.proc_masks,
             "--dev", "/dev",
             *_shared_memory(settings.limits),
             "--bind", str(settings.workspace), WORKSPACE_PATH,
@@ -279,24 +287,41 @@ class Jail:
             self.own(directory)
         settings = JailSettings(workspace, tmp_dir, BASE_ENV, ResourceLimits(), network=False)
         try:
-            with self.launch("exit 0", settings) as (argv, pass_fds):
-                result = subprocess.run(
-                    argv,
-                    capture_output=True,
-                    timeout=60,
-                    stdin=subprocess.DEVNULL,
-                    check=False,
-                    pass_fds=pass_fds,
-                )
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            result = self.run("exit 0", settings, timeout=60, max_output_bytes=PROBE_OUTPUT_BYTES)
+        except OSError as exc:
             raise errors.ProviderUnavailableError(
                 f"bubblewrap could not be started: {exc}. {INSTALL_HINT}"
             ) from exc
-        if result.returncode != 0:
-            detail = (result.stderr or result.stdout).decode("utf-8", "replace").strip()
+        if result.timed_out:
+            raise errors.ProviderUnavailableError(f"bubblewrap did not start a jail in 60 s. {INSTALL_HINT}")
+        if result.exit_code != 0:
             raise errors.ProviderUnavailableError(
-                f"{NAMESPACE_HINT} (bwrap said: {detail or result.returncode})"
+                f"{NAMESPACE_HINT} (bwrap said: {result.output.strip() or result.exit_code})"
             )
+
+    def run(
+        self,
+        command: str,
+        settings: JailSettings,
+        *,
+        timeout: float,
+        max_output_bytes: int,
+        pass_fds: tuple[int, ...] = (),
+    ) -> ExecuteResponse:
+        """Run ``command`` in a new jail, started from a thread that has a
+        session keyring of its own (``_keyring``); ``pass_fds`` are
+        inherited by the command too."""
+        with self.launch(command, settings) as (argv, jail_fds):
+            run = functools.partial(
+                run_process,
+                argv,
+                cwd=None,
+                env={"PATH": PATH},
+                timeout=timeout,
+                max_output_bytes=max_output_bytes,
+                pass_fds=(*pass_fds, *jail_fds),
+            )
+            return _keyring.in_new_session_keyring(run)
 
     def own(self, directory: Path) -> None:
         """Make a directory the jail writes to belong to the user it runs as."""
@@ -372,17 +397,13 @@ class BwrapSandbox(BaseSandbox):
         if self.usage_dir is not None:
             mark_used(self.usage_dir)
         settings = JailSettings(self.workspace, self.tmp_dir, self.env, self.limits, self.network)
-        with (
-            bash_script(command) as (script, script_fds),
-            self.jail.launch(script, settings) as (argv, jail_fds),
-        ):
-            return run_process(
-                argv,
-                cwd=None,
-                env={"PATH": PATH},
+        with bash_script(command) as (script, script_fds):
+            return self.jail.run(
+                script,
+                settings,
                 timeout=self.limits.timeout if timeout is None else timeout,
                 max_output_bytes=self.max_output_bytes,
-                pass_fds=(*script_fds, *jail_fds),
+                pass_fds=script_fds,
             )
 
     def __repr__(self) -> str:
