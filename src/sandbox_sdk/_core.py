@@ -38,6 +38,11 @@ PathArg = str | bytes | os.PathLike[str]
 OUTPUT_HEADROOM = 8 * 1024
 #: Timeout of a clean-up round trip (it may run shielded from cancellation).
 CLEANUP_TIMEOUT = 30.0
+#: Raw chunk bytes a transfer keeps in flight at most beyond its first two
+#: chunks (each costs a few copies on the client: base64 text, command or
+#: output string), so client memory stays bounded by the budgets, whatever
+#: ``transfer_concurrency`` is and however large the file.
+IN_FLIGHT_BYTES = 6 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,12 @@ class SandboxCore(ABC):
                 f"max_output_bytes={self.max_output_bytes} is too small for file operations (need 16 KiB)"
             )
         return budget
+
+    def _window(self, chunk_bytes: int) -> int:
+        """Chunks to keep in flight: ``transfer_concurrency``, fewer if that
+        many would hold more than ``IN_FLIGHT_BYTES``, but two in any case
+        (the sandbox works on one while the client takes in the other)."""
+        return max(1, min(self.transfer_concurrency, max(2, IN_FLIGHT_BYTES // max(chunk_bytes, 1))))
 
     # -- one round trip ------------------------------------------------------
 

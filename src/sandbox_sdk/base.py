@@ -14,14 +14,15 @@ import base64
 import io
 import os
 import posixpath
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from sandbox_sdk import errors, protocol
 from sandbox_sdk._calls import DELETE, EDIT, GLOB, GREP, LS, MKDIR, READ, STAT, WRITE, RunCall, ShellCall
 from sandbox_sdk._core import (
     Operation,
     PathArg,
+    SandboxCore,
     check_flag,
     check_int,
     check_path,
@@ -32,14 +33,21 @@ from sandbox_sdk._kernel import can_clean_up
 from sandbox_sdk.models import (
     EditResult,
     ExecuteResponse,
+    FileDownloadResponse,
     FileInfo,
+    FileUploadResponse,
     GlobResult,
     GrepMatch,
     GrepResult,
     ReadResult,
     WriteResult,
 )
-from sandbox_sdk.transfer import TransferMethods
+from sandbox_sdk.transfer import Progress, UploadSource
+from sandbox_sdk.transfer._batch import download_files, upload_files
+from sandbox_sdk.transfer._directories import download_dir, upload_dir
+from sandbox_sdk.transfer._download import download, download_to
+from sandbox_sdk.transfer._sources import Tally
+from sandbox_sdk.transfer._staging import discard, stage
 
 if TYPE_CHECKING:
     from sandbox_sdk.remote._runtime import Entry
@@ -65,7 +73,7 @@ def file_info(item: Entry) -> FileInfo:
     )
 
 
-class BaseSandbox(TransferMethods):
+class BaseSandbox(SandboxCore):
     """A sandbox whose every operation is built on :meth:`execute`.
 
     Subclass it, implement ``id`` and ``execute`` (and ``aexecute`` if you
@@ -105,12 +113,12 @@ class BaseSandbox(TransferMethods):
                 args["stdin"] = protocol.encode_path(
                     posixpath.join(ARGUMENT_STAGING_DIR, f".sbx-stdin-{new_token()}")
                 )
-                yield from self._op_stage(args["stdin"], io.BytesIO(data), False, None)
+                yield from stage(self, args["stdin"], io.BytesIO(data))
         try:
             response = yield from RunCall(args=args, blobs=blobs, timeout=timeout)
         except BaseException as exc:
             if can_clean_up(exc):
-                yield from self._op_discard([args["stdin"]] if isinstance(args.get("stdin"), str) else [])
+                yield from discard([args["stdin"]] if isinstance(args.get("stdin"), str) else [])
             raise
         return response
 
@@ -193,9 +201,8 @@ class BaseSandbox(TransferMethods):
     def _op_read_bytes(self, path: PathArg, max_bytes: int) -> Operation[bytes]:
         sink = io.BytesIO()
         check_int("max_bytes", max_bytes, 0)
-        yield from self._op_download(
-            check_path(path), sink, max_bytes, None, f"read_bytes {os.fsdecode(path)!r}"
-        )
+        what = f"read_bytes {os.fsdecode(path)!r}"
+        yield from download(self, check_path(path), sink, max_size=max_bytes, tally=None, what=what)
         return sink.getvalue()
 
     def read_bytes(self, path: PathArg, *, max_bytes: int = DEFAULT_MAX_READ_BYTES) -> bytes:
@@ -219,7 +226,7 @@ class BaseSandbox(TransferMethods):
         if self._fits("write", args, len(data)):
             yield from WRITE(args, [data], what=f"write {os.fsdecode(path)!r}")
         else:
-            yield from self._op_stage(encoded, io.BytesIO(data), overwrite, None)
+            yield from stage(self, encoded, io.BytesIO(data), overwrite=overwrite)
         return WriteResult(path=os.fsdecode(path), bytes_written=len(data))
 
     def write(self, path: PathArg, content: str | bytes, *, overwrite: bool = False) -> WriteResult:
@@ -254,11 +261,11 @@ class BaseSandbox(TransferMethods):
         }
         try:
             for key, data in (("old", old_bytes), ("new", new_bytes)):
-                yield from self._op_stage(staged[key], io.BytesIO(data), False, None)
+                yield from stage(self, staged[key], io.BytesIO(data))
             value, _ = yield from EDIT({**args, **staged}, what=f"edit {os.fsdecode(path)!r}")
         except BaseException as exc:
             if can_clean_up(exc):
-                yield from self._op_discard(list(staged.values()))
+                yield from discard(list(staged.values()))
             raise
         return EditResult(path=os.fsdecode(path), replacements=value["replacements"])
 
@@ -411,3 +418,109 @@ class BaseSandbox(TransferMethods):
 
     async def amkdir(self, path: PathArg, *, parents: bool = True, exist_ok: bool = True) -> None:
         await self._adrive(self._op_mkdir(path, parents, exist_ok))
+
+    # -- transfers -----------------------------------------------------------------------
+
+    def _op_upload_files(
+        self, files: Iterable[tuple[str, UploadSource]], progress: Progress | None
+    ) -> Operation[list[FileUploadResponse]]:
+        return upload_files(self, list(files), progress)
+
+    def upload_files(
+        self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
+    ) -> list[FileUploadResponse]:
+        """Upload each ``(remote_path, data)``, replacing existing files and
+        creating parents; one response per item, in order, with ``error=None``
+        on success. One item failing never stops the others.
+
+        Native-transfer providers override this and :meth:`aupload_files`."""
+        return self._drive(self._op_upload_files(files, progress))
+
+    async def aupload_files(
+        self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
+    ) -> list[FileUploadResponse]:
+        return await self._adrive(self._op_upload_files(files, progress))
+
+    def _op_download_files(
+        self, paths: Iterable[str], progress: Progress | None
+    ) -> Operation[list[FileDownloadResponse]]:
+        return download_files(self, list(paths), progress)
+
+    def download_files(
+        self, paths: Iterable[str], *, progress: Progress | None = None
+    ) -> list[FileDownloadResponse]:
+        """Download each path: one response per path, in order, with ``content``
+        or ``error``. Each file is verified against the sandbox's SHA-256.
+
+        Native-transfer providers override this and :meth:`adownload_files`."""
+        return self._drive(self._op_download_files(paths, progress))
+
+    async def adownload_files(
+        self, paths: Iterable[str], *, progress: Progress | None = None
+    ) -> list[FileDownloadResponse]:
+        return await self._adrive(self._op_download_files(paths, progress))
+
+    def _op_download_file(
+        self, remote_path: PathArg, dest: str | os.PathLike[str] | BinaryIO, progress: Progress | None
+    ) -> Operation[int]:
+        what = f"download {os.fsdecode(remote_path)!r}"
+        return download_to(self, check_path(remote_path), dest, tally=Tally(progress), what=what)
+
+    def download_file(
+        self,
+        remote_path: PathArg,
+        dest: str | os.PathLike[str] | BinaryIO,
+        *,
+        progress: Progress | None = None,
+    ) -> int:
+        """Stream one file into a local path (via a temp file and rename, so
+        ``dest`` is whole or untouched) or a binary file object; returns its size."""
+        return self._drive(self._op_download_file(remote_path, dest, progress))
+
+    async def adownload_file(
+        self,
+        remote_path: PathArg,
+        dest: str | os.PathLike[str] | BinaryIO,
+        *,
+        progress: Progress | None = None,
+    ) -> int:
+        return await self._adrive(self._op_download_file(remote_path, dest, progress))
+
+    def _op_upload_dir(
+        self, local_dir: str | os.PathLike[str], remote_dir: PathArg, progress: Progress | None
+    ) -> Operation[int]:
+        return upload_dir(self, local_dir, remote_dir, progress)
+
+    def upload_dir(
+        self, local_dir: str | os.PathLike[str], remote_dir: PathArg, *, progress: Progress | None = None
+    ) -> int:
+        """Copy a local directory tree (files, empty folders, symlinks, modes)
+        into ``remote_dir``, creating it; returns the number of entries.
+
+        The tree travels as one tar archive; the sandbox refuses members that
+        would land outside ``remote_dir`` before extracting anything."""
+        return self._drive(self._op_upload_dir(local_dir, remote_dir, progress))
+
+    async def aupload_dir(
+        self, local_dir: str | os.PathLike[str], remote_dir: PathArg, *, progress: Progress | None = None
+    ) -> int:
+        return await self._adrive(self._op_upload_dir(local_dir, remote_dir, progress))
+
+    def _op_download_dir(
+        self, remote_dir: PathArg, local_dir: str | os.PathLike[str], progress: Progress | None
+    ) -> Operation[int]:
+        return download_dir(self, remote_dir, local_dir, progress)
+
+    def download_dir(
+        self, remote_dir: PathArg, local_dir: str | os.PathLike[str], *, progress: Progress | None = None
+    ) -> int:
+        """Copy a sandbox directory tree into ``local_dir`` (created if needed);
+        returns the number of entries. Members that would land outside
+        ``local_dir`` (``..``, absolute names, links pointing out) are refused
+        before anything is written."""
+        return self._drive(self._op_download_dir(remote_dir, local_dir, progress))
+
+    async def adownload_dir(
+        self, remote_dir: PathArg, local_dir: str | os.PathLike[str], *, progress: Progress | None = None
+    ) -> int:
+        return await self._adrive(self._op_download_dir(remote_dir, local_dir, progress))

@@ -1,0 +1,129 @@
+"""Directory trees, moved as one tar archive each way.
+
+An upload packs the tree on the client, stages the archive into the sandbox
+and extracts it there; a download has the sandbox pack the tree, downloads
+the archive and extracts it here. Both sides check every member of an
+archive before writing anything (:func:`safe_extract` here, the ``archive``
+script there).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import IO
+
+from sandbox_sdk import errors, protocol
+from sandbox_sdk._calls import CREATE_ARCHIVE, EXTRACT_ARCHIVE
+from sandbox_sdk._core import Operation, PathArg, SandboxCore, check_path, new_token
+from sandbox_sdk._kernel import can_clean_up
+from sandbox_sdk.remote import archive as remote_archive
+from sandbox_sdk.remote._runtime import Fail
+from sandbox_sdk.transfer._download import download
+from sandbox_sdk.transfer._sources import Progress, Tally
+from sandbox_sdk.transfer._staging import discard, stage
+
+#: Where a directory archive is built and read inside the sandbox.
+REMOTE_ARCHIVE_DIR = "/tmp"
+#: Directory archives are spooled in memory up to this size, then to disk.
+SPOOL_BYTES = 8 * 1024 * 1024
+
+
+def _remote_archive(kind: str) -> str:
+    """A fresh archive path in the sandbox, payload-encoded."""
+    return protocol.encode_path(posixpath.join(REMOTE_ARCHIVE_DIR, f".sbx-{kind}-{new_token()}.tar"))
+
+
+def upload_dir(
+    sandbox: SandboxCore, local_dir: str | os.PathLike[str], remote_dir: PathArg, progress: Progress | None
+) -> Operation[int]:
+    """Copy a local tree into ``remote_dir``; returns the number of entries."""
+    root = Path(local_dir)
+    if not root.is_dir():
+        raise errors.SandboxNotADirectoryError(f"not a local directory: {root}", path=str(root))
+    args = {"archive": _remote_archive("upload"), "path": check_path(remote_dir)}
+    with tempfile.SpooledTemporaryFile(SPOOL_BYTES) as spool:
+        size = _pack(root, spool)
+        try:
+            yield from stage(sandbox, args["archive"], spool, tally=Tally(progress, size))
+            value, _ = yield from EXTRACT_ARCHIVE(args, what=f"upload_dir to {os.fsdecode(remote_dir)!r}")
+        except BaseException as exc:
+            # The extract script removes the archive itself, but a call
+            # that failed may never have run it, or lost the reply of
+            # the commit that put the archive in place.
+            if can_clean_up(exc):
+                yield from discard([args["archive"]])
+            raise
+    return value["members"]
+
+
+def _pack(root: Path, spool: IO[bytes]) -> int:
+    """Write the tree below ``root`` into ``spool`` as a tar archive; returns
+    its size, with ``spool`` rewound."""
+    with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for child in sorted(root.iterdir()):
+            tar.add(child, arcname=child.name)
+    size = spool.tell()
+    spool.seek(0)
+    return size
+
+
+def download_dir(
+    sandbox: SandboxCore, remote_dir: PathArg, local_dir: str | os.PathLike[str], progress: Progress | None
+) -> Operation[int]:
+    """Copy a sandbox tree into ``local_dir``; returns the number of entries."""
+    what = f"download_dir {os.fsdecode(remote_dir)!r}"
+    archive = _remote_archive("download")
+    create = CREATE_ARCHIVE({"archive": archive, "path": check_path(remote_dir)}, what=what)
+    try:
+        yield from create
+        with tempfile.SpooledTemporaryFile(SPOOL_BYTES) as spool:
+            yield from download(sandbox, archive, spool, max_size=None, tally=Tally(progress), what=what)
+            spool.seek(0)
+            count = safe_extract(spool, Path(local_dir))
+    except BaseException as exc:
+        # Also after a failed create: it may have run and lost its reply.
+        if can_clean_up(exc):
+            yield from discard([archive])
+        raise
+    yield from discard([archive])
+    return count
+
+
+def safe_extract(archive: IO[bytes], dest: Path) -> int:
+    """Extract a tar archive into ``dest`` after checking every member.
+
+    Nothing is written unless the archive as a whole passes the sandbox's own
+    :func:`~sandbox_sdk.remote.archive.check_members` (no absolute names, no
+    ``..``, no links pointing outside ``dest``, nothing below or through a
+    symlink member, no device files). Extraction then re-checks each member
+    with :func:`tarfile.data_filter` where it exists (Python 3.11.4+), and
+    drops the sandbox's owners; permission bits of files and directories are
+    kept. Returns the number of members."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=archive, mode="r:") as tar:
+        members = tar.getmembers()
+        try:
+            remote_archive.check_members(os.path.realpath(dest), members)
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, members=members, filter=_data_keeping_modes)
+            else:  # Python before 3.11.4 (Debian 12's 3.11.2): check_members alone guards
+                for member in members:
+                    member.mode &= 0o777
+                    member.uid, member.gid, member.uname, member.gname = os.getuid(), os.getgid(), "", ""
+                tar.extractall(dest, members=members)
+        except Fail as exc:
+            raise errors.InvalidPathError(f"refusing the archive: {exc.message}") from None
+        except tarfile.FilterError as exc:
+            raise errors.InvalidPathError(f"refusing the archive: {exc}") from None
+    return len(members)
+
+
+def _data_keeping_modes(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+    checked = tarfile.data_filter(member, dest)
+    if member.isreg() or member.isdir():
+        return checked.replace(mode=member.mode & 0o777, deep=False)
+    return checked

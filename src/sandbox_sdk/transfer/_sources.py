@@ -1,0 +1,95 @@
+"""The client side of a transfer: what an upload reads (bytes, a path, a file
+object), read in chunks, and the bytes moved so far for a progress callback."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO, BinaryIO
+
+from sandbox_sdk import errors
+
+#: ``(done_bytes, total_bytes)``; ``total_bytes`` counts what is known so far.
+Progress = Callable[[int, int], None]
+#: Bytes, a local path, or a binary file object (read from its position).
+UploadSource = bytes | bytearray | memoryview | str | os.PathLike[str] | BinaryIO
+
+
+@dataclass
+class OpenedUpload:
+    """An upload source, opened: its stream and size (``None`` if unknown)."""
+
+    stream: BinaryIO
+    size: int | None
+    owned: bool
+
+    def close(self) -> None:
+        """Close the stream if it was opened here (a caller's file object stays open)."""
+        if self.owned:
+            self.stream.close()
+
+
+def open_upload_source(data: UploadSource) -> OpenedUpload:
+    """``data`` as a stream to read from, with its size when it can be told."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        return OpenedUpload(io.BytesIO(bytes(data)), len(data), True)
+    if isinstance(data, str | os.PathLike):
+        stream = open(data, "rb")  # noqa: SIM115 - closed by OpenedUpload.close
+        return OpenedUpload(stream, os.fstat(stream.fileno()).st_size, True)
+    if hasattr(data, "read"):
+        size = None
+        if data.seekable():
+            here = data.tell()
+            size = data.seek(0, io.SEEK_END) - here
+            data.seek(here)
+        return OpenedUpload(data, size, False)
+    raise errors.InvalidArgumentError(f"cannot upload a {type(data).__name__}: pass bytes, a path or a file")
+
+
+def read_chunks(stream: IO[bytes], size: int) -> Iterator[tuple[bytes, bool]]:
+    """``stream`` in chunks of ``size`` bytes, each with whether it is the
+    last (at least one chunk, empty for an empty stream; one is read ahead)."""
+    chunk = read_full(stream, size)
+    while True:
+        following = read_full(stream, size) if len(chunk) == size else b""
+        yield chunk, not following
+        if not following:
+            return
+        chunk = following
+
+
+def read_full(stream: IO[bytes], size: int) -> bytes:
+    """Up to ``size`` bytes, fewer only at end of stream."""
+    parts = []
+    while size > 0:
+        block = stream.read(size)
+        if not block:
+            break
+        parts.append(block)
+        size -= len(block)
+    return b"".join(parts)
+
+
+def changed_size(expected: int, read: int) -> str:
+    """Why a source that did not hold its ``expected`` bytes is refused."""
+    if read > expected:
+        return f"the local source grew while it was read (past its {expected} bytes)"
+    return f"the local source shrank while it was read ({read} of {expected} bytes)"
+
+
+class Tally:
+    """Bytes moved so far, reported to an optional progress callback."""
+
+    def __init__(self, progress: Progress | None, total: int = 0) -> None:
+        self.progress = progress
+        self.total = total
+        self.done = 0
+
+    def add(self, count: int) -> None:
+        """Count ``count`` more bytes moved (the total grows to match if it must)."""
+        self.done += count
+        self.total = max(self.total, self.done)
+        if self.progress is not None:
+            self.progress(self.done, self.total)
