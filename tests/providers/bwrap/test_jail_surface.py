@@ -1,5 +1,7 @@
 """What a bubblewrap jail offers its command and what it shows of the host:
-a usable private ``/dev/shm``."""
+a usable private ``/dev/shm``; no host path in any process's command line or
+environment; in mountinfo, the host paths of the sandbox's own two
+directories and nothing else of the state directory."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbox_sdk import errors
 from sandbox_sdk.providers.bwrap import BwrapProvider, BwrapSandbox, ResourceLimits
 
 MiB = 1024 * 1024
@@ -35,3 +38,25 @@ def test_shared_memory_is_bounded_by_the_memory_limit(jails: BwrapProvider) -> N
     response = sandbox.execute("head -c 100M /dev/zero > /dev/shm/big; stat -c %s /dev/shm/big")
     assert "No space left on device" in response.output
     assert int(response.output.split()[-1]) <= 64 * MiB
+
+
+def test_no_process_shows_a_host_path(jails: BwrapProvider, tmp_path: Path) -> None:
+    sandbox = jails.create()
+    listing = sandbox.execute("ps -eo pid,args; cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ | tr '\\0' ' '")
+    assert "1 /usr/bin/bwrap --args" in listing.output  # PID 1: bwrap, its options read from a descriptor
+    assert str(tmp_path) not in listing.output  # neither the workspace's, nor the state directory's
+
+
+def test_mountinfo_shows_the_sandboxs_own_directories_only(jails: BwrapProvider, tmp_path: Path) -> None:
+    """bwrap cannot hide where a bind mount comes from: the host paths of the
+    workspace and tmp directory show (docs/bwrap.md says so), no other."""
+    sandbox = jails.create()
+    mounts = sandbox.execute("cat /proc/self/mountinfo").output.splitlines()
+    host_paths = {line.split()[3] for line in mounts if str(tmp_path) in line}
+    assert host_paths == {str(sandbox.workspace), str(sandbox.tmp_dir)}
+
+
+def test_a_nul_in_the_environment_cannot_smuggle_bwrap_options(tmp_path: Path) -> None:
+    sandbox = BwrapSandbox(tmp_path, tmp_dir=tmp_path, env={"NAME": "value\0--bind\0/\0/host"})
+    with pytest.raises(errors.InvalidArgumentError):
+        sandbox.execute("ls /host")

@@ -135,6 +135,14 @@ def _memory_file(name: str, data: bytes) -> Iterator[int]:
         os.close(fd)
 
 
+def _nul_separated(args: Sequence[str]) -> bytes:
+    """``args`` as ``bwrap --args`` reads them. A NUL inside one would split
+    it into options of the caller's choosing, so it is refused."""
+    if any("\0" in arg for arg in args):
+        raise errors.InvalidArgumentError("a NUL character in an environment variable or path given to bwrap")
+    return b"".join(os.fsencode(arg) + b"\0" for arg in args)
+
+
 def is_initial_user_namespace() -> bool:
     """Whether uids here are the host's (not remapped by a container runtime);
     only the host's root is exempt from ``RLIMIT_NPROC``."""
@@ -220,15 +228,17 @@ class Jail:
     @contextlib.contextmanager
     def launch(self, command: str, settings: JailSettings) -> Iterator[tuple[list[str], tuple[int, ...]]]:
         """The argv that starts a jail running ``command``, and the
-        descriptors it must inherit: the seccomp filter's."""
-        with _memory_file("sandbox-sdk-seccomp", self.seccomp_filter) as filter_fd:
+        descriptors it must inherit: the seccomp filter's, and one bwrap
+        reads its options from, since they name host paths and the jail's
+        PID 1 is bwrap itself (its command line is in every ``ps``)."""
+        with contextlib.ExitStack() as stack:
+            filter_fd = stack.enter_context(_memory_file("sandbox-sdk-seccomp", self.seccomp_filter))
             options = self.options(settings)
             if not self.as_root:
                 options += ["--seccomp", str(filter_fd)]
-            yield (
-                [self.bwrap, *options, "--", *self.command(command, settings.limits, filter_fd)],
-                (filter_fd,),
-            )
+            args_fd = stack.enter_context(_memory_file("sandbox-sdk-bwrap-args", _nul_separated(options)))
+            command_argv = self.command(command, settings.limits, filter_fd)
+            yield [self.bwrap, "--args", str(args_fd), "--", *command_argv], (filter_fd, args_fd)
 
     def options(self, settings: JailSettings) -> list[str]:
         """bwrap's options: namespaces, mounts, environment."""
