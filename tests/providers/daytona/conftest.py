@@ -1,4 +1,4 @@
-"""Fixtures that run the fake Daytona server (tests/fakes/daytona_server.py) on 127.0.0.1."""
+"""Fixtures that run the fake Daytona server (``fake_server.py``) on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ pytest.importorskip(
 )
 
 from sandbox_sdk.providers.daytona import DaytonaProvider
-from tests.fakes.daytona_server import FakeDaytonaServer, running_fake_daytona
+from tests.providers.daytona.fake_server import FakeDaytonaServer, running_fake_daytona
+
+
+def make_provider(server: FakeDaytonaServer) -> DaytonaProvider:
+    """A provider whose clients talk to ``server``."""
+    return DaytonaProvider(api_key=server.api_key, api_url=server.api_url)
 
 
 @pytest.fixture(scope="module")
@@ -30,12 +35,12 @@ def legacy_daytona_server() -> Iterator[FakeDaytonaServer]:
 
 @pytest.fixture
 def provider(daytona_server: FakeDaytonaServer) -> DaytonaProvider:
-    return DaytonaProvider(api_key=daytona_server.api_key, api_url=daytona_server.api_url)
+    return make_provider(daytona_server)
 
 
 @pytest.fixture
 async def aprovider(daytona_server: FakeDaytonaServer) -> AsyncIterator[DaytonaProvider]:
     """A provider for async tests; its AsyncDaytona client is closed on the test's loop."""
-    provider = DaytonaProvider(api_key=daytona_server.api_key, api_url=daytona_server.api_url)
+    provider = make_provider(daytona_server)
     yield provider
     await provider.aclose()

@@ -16,7 +16,7 @@ from daytona import (
     SandboxState,
 )
 
-from tests.fakes.daytona_server import FakeDaytonaServer, split_command_like_old_daemon
+from tests.providers.daytona.fake_server import FakeDaytonaServer, split_command_like_old_daemon
 
 
 def _client(server: FakeDaytonaServer) -> Daytona:

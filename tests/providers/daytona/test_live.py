@@ -12,7 +12,7 @@ import pytest
 
 from sandbox_sdk import errors
 from sandbox_sdk.providers.daytona import DaytonaProvider, DaytonaSandbox
-from tests.providers.daytona.kit import DaytonaConformance
+from tests.providers.daytona.test_sandbox import DaytonaConformance
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("DAYTONA_API_KEY"),

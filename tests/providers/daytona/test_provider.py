@@ -11,7 +11,12 @@ from daytona import Daytona, DaytonaConfig
 from sandbox_sdk import errors
 from sandbox_sdk.provider import get_provider
 from sandbox_sdk.providers.daytona import DaytonaProvider, DaytonaSandbox
-from tests.fakes.daytona_server import FakeDaytonaServer
+from sandbox_sdk.testing import ProviderConformanceTests
+from tests.providers.daytona.fake_server import FakeDaytonaServer
+
+
+class TestDaytonaProviderContract(ProviderConformanceTests):
+    """Uses the ``provider`` fixture of conftest.py."""
 
 
 def test_create_passes_lifecycle_options_in_minutes(

@@ -1,4 +1,5 @@
-"""DaytonaSandbox.execute / aexecute specifics, through the real SDK and the fake server."""
+"""DaytonaSandbox: the conformance kit (with recent and legacy daemons) and the
+execute / aexecute specifics, through the real SDK and the fake server."""
 
 from __future__ import annotations
 
@@ -9,8 +10,43 @@ import anyio.to_thread
 import pytest
 
 from sandbox_sdk import errors
+from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.providers.daytona import DaytonaProvider, DaytonaSandbox
-from tests.fakes.daytona_server import FakeDaytonaServer
+from sandbox_sdk.testing import SandboxConformanceTests, provided_sandbox
+from tests.providers.daytona.conftest import make_provider
+from tests.providers.daytona.fake_server import FakeDaytonaServer
+
+
+class DaytonaConformance(SandboxConformanceTests):
+    """``SandboxConformanceTests``; subclasses supply the ``sandbox`` fixture (the live tests too)."""
+
+    async def test_async_twins(self, sandbox: BaseSandbox, workdir: str) -> None:
+        """The kit's async test, then closing the loop's AsyncDaytona client (its aiohttp session)."""
+        assert isinstance(sandbox, DaytonaSandbox)
+        try:
+            await super().test_async_twins(sandbox, workdir)
+        finally:
+            await sandbox.aclose()
+
+
+class TestDaytonaSandbox(DaytonaConformance):
+    """Recent daemons: the command text reaches a shell on stdin."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def sandbox(cls, daytona_server: FakeDaytonaServer) -> Iterator[BaseSandbox]:
+        yield from provided_sandbox(make_provider(daytona_server), "conformance")
+
+
+@pytest.mark.slow
+class TestDaytonaSandboxLegacyDaemon(DaytonaConformance):
+    """Older daemons: the command is split on spaces and run without a shell. The whole kit
+    again, because every operation depends on the command wrapping surviving that split."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def sandbox(cls, legacy_daytona_server: FakeDaytonaServer) -> Iterator[BaseSandbox]:
+        yield from provided_sandbox(make_provider(legacy_daytona_server), "conformance")
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""DaytonaSandbox's native transfers (the daemon's bulk file API) and its execute fallback."""
+"""DaytonaSandbox's native transfers (the daemon's bulk file API) and its execute
+fallback: the transfer contract kit and what it does not cover."""
 
 from __future__ import annotations
 
@@ -10,9 +11,18 @@ from pathlib import Path
 import pytest
 
 from sandbox_sdk import errors
+from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.providers.daytona import DaytonaProvider, DaytonaSandbox
-from sandbox_sdk.testing import HOSTILE_CONTENTS, HOSTILE_NAMES
-from tests.fakes.daytona_server import FakeDaytonaServer
+from sandbox_sdk.testing import HOSTILE_CONTENTS, HOSTILE_NAMES, TransferContractTests, provided_sandbox
+from tests.providers.daytona.conftest import make_provider
+from tests.providers.daytona.fake_server import FakeDaytonaServer
+
+
+class TestDaytonaTransferContract(TransferContractTests):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def sandbox(cls, daytona_server: FakeDaytonaServer) -> Iterator[BaseSandbox]:
+        yield from provided_sandbox(make_provider(daytona_server), "conformance")
 
 
 @pytest.fixture

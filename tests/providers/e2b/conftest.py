@@ -1,9 +1,11 @@
 """Fixtures for the E2B provider: the fake E2B service on 127.0.0.1 (see
-``tests/fakes/e2b_server.py``) and providers and sandboxes pointed at it."""
+``fake_server.py``) and providers and sandboxes pointed at it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,8 +14,20 @@ pytest.importorskip("starlette", reason="the fake E2B service needs starlette: p
 pytest.importorskip("uvicorn", reason="the fake E2B service needs uvicorn: pip install uvicorn")
 
 from sandbox_sdk.providers.e2b import E2BProvider, E2BSandbox
-from tests.fakes.e2b_server import FakeE2BServer
-from tests.providers.e2b.support import API_KEY, make_provider
+from tests.providers.e2b.fake_server import FakeE2BServer
+
+#: The only API key the fake accepts.
+API_KEY = "e2b_fake_test_key"
+
+
+def make_provider(fake: FakeE2BServer, **options: Any) -> E2BProvider:
+    """A provider pointed at the fake (both the API and the sandbox URL)."""
+    return E2BProvider(api_key=API_KEY, api_url=fake.url, sandbox_url=fake.url, **options)
+
+
+def home_of(fake: FakeE2BServer, sandbox: E2BSandbox) -> Path:
+    """The sandbox's home directory on this machine (the fake's sandboxes are directories)."""
+    return fake.sandbox(sandbox.id).home
 
 
 @pytest.fixture(scope="session")

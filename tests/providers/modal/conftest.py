@@ -1,4 +1,4 @@
-"""Fixtures running the fake Modal backend (``tests/fakes/modal_server.py``) on 127.0.0.1.
+"""Fixtures running the fake Modal backend (``fake_server.py``) on 127.0.0.1.
 
 The modal SDK reads its server URL and tokens from the environment when a
 client is made, so fixtures set them only around that moment: nothing leaks
@@ -7,6 +7,7 @@ into other tests (the live tests read the real environment).
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,8 +15,8 @@ import pytest
 
 pytest.importorskip("modal", reason="the modal extra is not installed: pip install -e '.[modal]'")
 
-from sandbox_sdk.providers.modal import ModalProvider
-from tests.fakes.modal_server import FakeModalServer
+from sandbox_sdk.providers.modal import ModalProvider, ModalSandbox
+from tests.providers.modal.fake_server import FakeModalServer
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +44,17 @@ def make_provider(server: FakeModalServer, **options: Any) -> ModalProvider:
 @pytest.fixture(scope="class")
 def modal_provider(modal_server: FakeModalServer) -> ModalProvider:
     return make_provider(modal_server, app_name="sandbox-sdk-tests")
+
+
+@pytest.fixture
+def provider(modal_server: FakeModalServer) -> Iterator[ModalProvider]:
+    """A provider on an app of its own, so listings only see this test's sandboxes."""
+    provider = make_provider(modal_server, app_name=f"test-{secrets.token_hex(6)}")
+    yield provider
+    for info in provider.iter_sandboxes():
+        provider.delete(sandbox_id=info.id)
+
+
+@pytest.fixture
+def sandbox(provider: ModalProvider) -> ModalSandbox:
+    return provider.create(labels={"role": "test"})

@@ -14,7 +14,7 @@ import modal.exception
 import pytest
 from grpclib import Status
 
-from tests.fakes.modal_server import FakeModalServer
+from tests.providers.modal.fake_server import FakeModalServer
 
 
 @pytest.fixture

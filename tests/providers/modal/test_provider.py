@@ -1,14 +1,8 @@
-"""``ModalProvider`` / ``ModalSandbox`` specifics on the fake backend: lifecycle, errors,
-execute edge cases and native transfers, through the real modal SDK."""
+"""``ModalProvider`` on the fake backend, through the real modal SDK: the lifecycle
+contract kit, construction and registration, lifecycle, labels and paging, and the
+service's errors."""
 
 from __future__ import annotations
-
-import io
-import os
-import secrets
-import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from grpclib import Status
@@ -16,26 +10,14 @@ from grpclib import Status
 from sandbox_sdk import errors
 from sandbox_sdk.provider import get_provider
 from sandbox_sdk.providers.modal import CREATED_AT_TAG, ModalProvider, ModalSandbox
-from tests.fakes.modal_server import FakeModalServer
-
-from .conftest import make_provider
-
-
-@pytest.fixture
-def provider(modal_server: FakeModalServer) -> Iterator[ModalProvider]:
-    """A provider on an app of its own, so listings only see this test's sandboxes."""
-    provider = make_provider(modal_server, app_name=f"test-{secrets.token_hex(6)}")
-    yield provider
-    for info in provider.iter_sandboxes():
-        provider.delete(sandbox_id=info.id)
+from sandbox_sdk.testing import ProviderConformanceTests
+from tests.providers.modal.fake_server import FakeModalServer
 
 
-@pytest.fixture
-def sandbox(provider: ModalProvider) -> ModalSandbox:
-    return provider.create(labels={"role": "test"})
-
-
-# -- construction and registration --------------------------------------------------------------
+class TestModalProviderContract(ProviderConformanceTests):
+    @pytest.fixture
+    def provider(self, modal_provider: ModalProvider) -> ModalProvider:
+        return modal_provider
 
 
 def test_missing_credentials_fail_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -59,58 +41,6 @@ def test_wrong_credentials_are_an_authentication_error(modal_server: FakeModalSe
 def test_registered_as_entry_point(modal_env: FakeModalServer) -> None:
     provider = get_provider("modal", app_name="entry-point")
     assert isinstance(provider, ModalProvider)
-
-
-# -- execute -----------------------------------------------------------------------------------
-
-
-def test_timeout_reports_timed_out_with_exit_code_124(sandbox: ModalSandbox) -> None:
-    response = sandbox.execute("echo before; sleep 20", timeout=1)
-    assert response.timed_out
-    assert response.exit_code == 124
-    assert response.output == "before\n"
-
-
-def test_fractional_timeouts_round_up_and_bad_ones_are_refused(sandbox: ModalSandbox) -> None:
-    assert sandbox.execute("sleep 0.3; echo done", timeout=0.1).output == "done\n"
-    with pytest.raises(errors.InvalidArgumentError):
-        sandbox.execute("true", timeout=0)
-
-
-def test_output_cap_and_order_of_merged_streams(provider: ModalProvider) -> None:
-    sandbox = provider.create()
-    sandbox.max_output_bytes = 1000
-    response = sandbox.execute("for i in 1 2 3; do echo out$i; echo err$i >&2; done; head -c 5000 /dev/zero")
-    assert response.truncated
-    assert response.output.startswith("out1\nerr1\nout2\nerr2\nout3\nerr3\n")
-    assert len(response.output) == 1000
-
-
-def test_commands_get_empty_stdin(sandbox: ModalSandbox) -> None:
-    response = sandbox.execute("cat; echo end", timeout=10)
-    assert response == response.model_copy(update={"output": "end\n", "exit_code": 0})
-
-
-def test_command_over_modal_argument_cap_is_refused_before_sending(sandbox: ModalSandbox) -> None:
-    assert sandbox.max_command_bytes < 64 * 1024
-    with pytest.raises(errors.InvalidArgumentError, match="64 KiB"):
-        sandbox.execute(": " + "x" * sandbox.max_command_bytes)
-
-
-async def test_aexecute_uses_native_async(sandbox: ModalSandbox) -> None:
-    response = await sandbox.aexecute("echo $((6 * 7)) >&2; exit 4")
-    assert (response.output, response.exit_code) == ("42\n", 4)
-    slow = await sandbox.aexecute("sleep 20", timeout=1)
-    assert slow.timed_out and slow.exit_code == 124
-
-
-def test_terminated_sandbox_raises_not_found(provider: ModalProvider, sandbox: ModalSandbox) -> None:
-    provider.delete(sandbox_id=sandbox.id)
-    with pytest.raises(errors.SandboxNotFoundError):
-        sandbox.execute("true")
-
-
-# -- lifecycle ---------------------------------------------------------------------------------
 
 
 def test_labels_are_tags_and_get_round_trips(provider: ModalProvider, modal_server: FakeModalServer) -> None:
@@ -217,154 +147,6 @@ async def test_async_lifecycle(provider: ModalProvider) -> None:
         await provider.aget(sandbox.id)
 
 
-# -- native transfers --------------------------------------------------------------------------
-
-
-def _root(modal_server: FakeModalServer, sandbox: ModalSandbox) -> Path:
-    return modal_server.sandbox_directory(sandbox.id)
-
-
-def test_upload_files_order_parents_and_per_file_errors(
-    sandbox: ModalSandbox, modal_server: FakeModalServer, tmp_path: Path
-) -> None:
-    root = _root(modal_server, sandbox)
-    (root / "adir").mkdir()
-    (root / "afile").write_text("x")
-    local = tmp_path / "local.bin"
-    local.write_bytes(b"from disk")
-    results = sandbox.upload_files(
-        [
-            ("new/deep/one.txt", b"one"),
-            (str(root / "abs.txt"), local),
-            ("adir", b"onto a directory"),
-            ("afile/child", b"under a file"),
-            ("", b"empty path"),
-            ("nul\0name", b"nul"),
-            ("missing-local", tmp_path / "does-not-exist"),
-        ]
-    )
-    assert [r.path for r in results] == [
-        "new/deep/one.txt",
-        str(root / "abs.txt"),
-        "adir",
-        "afile/child",
-        "",
-        "nul\0name",
-        "missing-local",
-    ]
-    assert [r.error for r in results[:3]] == [None, None, "is_directory"]
-    assert results[3].error is not None
-    assert [r.error for r in results[4:6]] == ["invalid_path", "invalid_path"]
-    assert results[6].error is not None and "cannot read local source" in results[6].error
-    assert (root / "new/deep/one.txt").read_bytes() == b"one"
-    assert (root / "abs.txt").read_bytes() == b"from disk"
-    assert (root / "adir").is_dir() and (root / "afile").read_text() == "x"
-    leftovers = [p.name for p in root.rglob("*") if ".sbx-" in p.name]
-    assert leftovers == []
-
-
-def test_upload_replaces_whole_file_via_rename(sandbox: ModalSandbox, modal_server: FakeModalServer) -> None:
-    root = _root(modal_server, sandbox)
-    target = root / "replace.txt"
-    target.write_bytes(b"old content that is longer")
-    inode = target.stat().st_ino
-    progress: list[tuple[int, int]] = []
-    [result] = sandbox.upload_files([("replace.txt", b"new")], progress=lambda d, t: progress.append((d, t)))
-    assert result.error is None
-    assert target.read_bytes() == b"new"
-    assert target.stat().st_ino != inode  # a new file renamed over the old one, never rewritten in place
-    assert progress[-1] == (3, 3)
-
-
-def test_large_path_and_file_object_sources(
-    sandbox: ModalSandbox, modal_server: FakeModalServer, tmp_path: Path
-) -> None:
-    root = _root(modal_server, sandbox)
-    big = os.urandom(3 * 1024 * 1024 + 7)  # several of the SDK's 256 KiB stdin chunks
-    (tmp_path / "big.bin").write_bytes(big)
-    stream = io.BytesIO(b"skipped" + big[:1000])
-    stream.seek(7)  # a file object is read from its position
-    sync = sandbox.upload_files([("big.bin", tmp_path / "big.bin"), ("part.bin", stream)])
-    assert [r.error for r in sync] == [None, None]
-    assert (root / "big.bin").read_bytes() == big
-    assert (root / "part.bin").read_bytes() == big[:1000]
-
-
-async def test_large_path_source_async(
-    sandbox: ModalSandbox, modal_server: FakeModalServer, tmp_path: Path
-) -> None:
-    big = os.urandom(1024 * 1024 + 3)
-    (tmp_path / "big.bin").write_bytes(big)
-    results = await sandbox.aupload_files([("abig.bin", str(tmp_path / "big.bin"))])
-    assert results[0].error is None
-    assert (_root(modal_server, sandbox) / "abig.bin").read_bytes() == big
-
-
-def test_upload_keeps_mode_and_writes_through_symlinks(
-    sandbox: ModalSandbox, modal_server: FakeModalServer
-) -> None:
-    root = _root(modal_server, sandbox)
-    (root / "script.sh").write_text("old")
-    (root / "script.sh").chmod(0o751)
-    (root / "real").mkdir()
-    (root / "real/target.txt").write_text("old")
-    (root / "link.txt").symlink_to(root / "real/target.txt")
-    results = sandbox.upload_files([("script.sh", b"new"), ("link.txt", b"through")])
-    assert [r.error for r in results] == [None, None]
-    assert (root / "script.sh").stat().st_mode & 0o777 == 0o751
-    assert (root / "link.txt").is_symlink()
-    assert (root / "real/target.txt").read_bytes() == b"through"
-
-
-def test_download_files_order_and_errors(sandbox: ModalSandbox, modal_server: FakeModalServer) -> None:
-    root = _root(modal_server, sandbox)
-    (root / "d").mkdir()
-    (root / "d/a.bin").write_bytes(bytes(range(256)))
-    (root / "locked").write_bytes(b"secret")
-    (root / "locked").chmod(0)
-    results = sandbox.download_files(["d/a.bin", "missing", "d", "", str(root / "d/a.bin"), "locked"])
-    assert [r.path for r in results] == ["d/a.bin", "missing", "d", "", str(root / "d/a.bin"), "locked"]
-    assert results[0].content == bytes(range(256)) and results[0].error is None
-    assert [r.error for r in results[1:4]] == ["file_not_found", "is_directory", "invalid_path"]
-    assert results[4].content == bytes(range(256))
-    if os.geteuid() != 0:  # root reads anything
-        assert results[5].error == "permission_denied"
-
-
-async def test_async_transfers(sandbox: ModalSandbox, modal_server: FakeModalServer) -> None:
-    root = _root(modal_server, sandbox)
-    files = [(f"many/{i:02d}.txt", f"file {i}".encode()) for i in range(12)]
-    results = await sandbox.aupload_files([*files, ("many", b"x")])
-    assert [r.error for r in results] == [None] * 12 + ["is_directory"]
-    downloads = await sandbox.adownload_files([path for path, _ in files] + ["many/nope"])
-    assert [d.content for d in downloads[:12]] == [data for _, data in files]
-    assert downloads[12].error == "file_not_found"
-    assert sorted(p.name for p in (root / "many").iterdir()) == [f"{i:02d}.txt" for i in range(12)]
-
-
-def test_transfers_on_a_terminated_sandbox_raise(provider: ModalProvider, sandbox: ModalSandbox) -> None:
-    sandbox.working_directory()
-    provider.delete(sandbox_id=sandbox.id)
-    with pytest.raises(errors.SandboxNotFoundError):
-        sandbox.download_files(["anything"])
-    with pytest.raises(errors.SandboxNotFoundError):
-        sandbox.upload_files([("anything", b"x")])
-
-
-async def test_async_transfers_on_a_terminated_sandbox_raise(
-    provider: ModalProvider, sandbox: ModalSandbox
-) -> None:
-    await sandbox.aworking_directory()
-    await provider.adelete(sandbox_id=sandbox.id)
-    with pytest.raises(errors.SandboxNotFoundError):
-        await sandbox.adownload_files(["a", "b", "c"])
-    with pytest.raises(errors.SandboxNotFoundError):
-        await sandbox.aupload_files([("a", b"x"), ("b", b"y")])
-
-
-# -- service errors ----------------------------------------------------------------------------
-
-
 def test_rate_limit_is_rate_limited_error(provider: ModalProvider, modal_server: FakeModalServer) -> None:
     provider.create()  # the app exists; the next create is the one refused
     modal_server.fail("SandboxCreateV2", Status.RESOURCE_EXHAUSTED)
@@ -382,43 +164,3 @@ def test_outage_is_provider_unavailable(
     finally:
         modal_server.fail("SandboxWaitV2", Status.UNAVAILABLE, times=0)
     assert provider.get(sandbox.id).id == sandbox.id
-
-
-@pytest.mark.parametrize("rpc", ["TaskExecWait", "TaskExecStdioRead"])
-async def test_errors_while_a_command_runs_are_typed(
-    sandbox: ModalSandbox, modal_server: FakeModalServer, rpc: str
-) -> None:
-    modal_server.fail(rpc, Status.NOT_FOUND)
-    with pytest.raises(errors.SandboxNotFoundError):
-        await sandbox.aexecute("sleep 0.2")
-    modal_server.fail(rpc, Status.PERMISSION_DENIED)
-    with pytest.raises(errors.AuthenticationError):
-        sandbox.execute("sleep 0.2")
-
-
-def test_unexpected_service_error_is_runtime_error(
-    sandbox: ModalSandbox, modal_server: FakeModalServer
-) -> None:
-    modal_server.fail("TaskExecStart", Status.DATA_LOSS)
-    with pytest.raises(errors.SandboxRuntimeError):
-        sandbox.execute("true")
-    assert sandbox.execute("echo fine").output == "fine\n"
-
-
-def test_background_process_holding_output_does_not_block(sandbox: ModalSandbox) -> None:
-    started = time.monotonic()
-    response = sandbox.execute("sleep 30 & echo started", timeout=20)
-    assert time.monotonic() - started < 5
-    assert (response.output, response.exit_code, response.timed_out) == ("started\n", 0, False)
-
-
-async def test_background_process_holding_output_does_not_block_async(sandbox: ModalSandbox) -> None:
-    started = time.monotonic()
-    response = await sandbox.aexecute("sleep 30 & echo started", timeout=20)
-    assert time.monotonic() - started < 5
-    assert (response.output, response.exit_code, response.timed_out) == ("started\n", 0, False)
-
-
-def test_all_output_arrives_after_the_command_exits(sandbox: ModalSandbox) -> None:
-    response = sandbox.execute("head -c 3000000 /dev/zero | tr '\\0' z")
-    assert response.output == "z" * 3_000_000

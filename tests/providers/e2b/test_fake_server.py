@@ -23,8 +23,8 @@ from e2b import (
     TimeoutException,
 )
 
-from tests.fakes.e2b_server import FakeE2BServer
-from tests.providers.e2b.support import API_KEY
+from tests.providers.e2b.conftest import API_KEY
+from tests.providers.e2b.fake_server import FakeE2BServer
 
 
 @pytest.fixture

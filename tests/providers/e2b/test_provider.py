@@ -16,8 +16,13 @@ pytest.importorskip("e2b", reason="the e2b extra is not installed: pip install -
 from sandbox_sdk import errors
 from sandbox_sdk.provider import get_provider
 from sandbox_sdk.providers.e2b import E2BProvider, E2BSandbox
-from tests.fakes.e2b_server import FakeE2BServer
-from tests.providers.e2b.support import API_KEY, make_provider
+from sandbox_sdk.testing import ProviderConformanceTests
+from tests.providers.e2b.conftest import API_KEY, make_provider
+from tests.providers.e2b.fake_server import FakeE2BServer
+
+
+class TestE2BProviderContract(ProviderConformanceTests):
+    """Uses the ``provider`` fixture of conftest.py."""
 
 
 def unique_labels(**extra: str) -> dict[str, str]:

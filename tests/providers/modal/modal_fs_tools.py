@@ -6,7 +6,7 @@ binary with one JSON argument (``{"WriteFile": {"path": ...}}``, ``ReadFile``,
 through stdin/stdout and reporting failures as one JSON object on stderr
 (``{"error_kind": ..., "message": ...}``) with a non-zero exit code. The
 command shapes and error kinds are the ones ``modal/_utils/sandbox_fs_utils.py``
-builds and parses. The fake server (``modal_server.py``) runs this script as a
+builds and parses. The fake server (``fake_server.py``) runs this script as a
 real process in place of the binary, so the SDK's filesystem calls go through
 exec, stdin streaming and stdout reads exactly as against the real service.
 
