@@ -2,8 +2,8 @@
 (``HostStateProvider``: ``local`` and ``bwrap``): visibility across processes,
 label races, paging through many sandboxes, rollback of failed creates, TTL
 and idle reaping. Each provider's tests/providers/<name>/test_provider.py
-subclasses :class:`HostStateLifecycleTests`; its conftest supplies
-``state_dir`` and ``provider``, a provider over that fresh directory."""
+subclasses :class:`HostStateLifecycleTests`; its conftest imports the
+fixtures below and supplies ``provider_class``."""
 
 from __future__ import annotations
 
@@ -14,13 +14,35 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import anyio
 import pytest
 
 from sandbox_sdk import errors, get_provider
 from sandbox_sdk.provider_kit.host_state import HostStateProvider
+
+#: What a provider's conftest supplies as the ``provider_class`` fixture.
+ProviderClass = type[HostStateProvider[Any]]
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def provider(provider_class: ProviderClass, state_dir: Path) -> HostStateProvider[Any]:
+    """A provider over a fresh state directory: a test sees only its own sandboxes."""
+    return provider_class(state_dir)
+
+
+@pytest.fixture(scope="module")
+def module_provider(
+    provider_class: ProviderClass, tmp_path_factory: pytest.TempPathFactory
+) -> HostStateProvider[Any]:
+    """One provider for a module's class-scoped sandboxes."""
+    return provider_class(tmp_path_factory.mktemp(f"{provider_class.name}-state"))
 
 
 def leftovers(provider: HostStateProvider[Any]) -> list[str]:
@@ -38,22 +60,19 @@ def run_python(code: str) -> subprocess.Popen[str]:
 
 
 class HostStateLifecycleTests:
-    """The lifecycle of one ``HostStateProvider`` subclass, on real directories and processes."""
+    """The lifecycle of the ``provider_class`` fixture's provider, on real directories and processes."""
 
-    #: The provider under test.
-    provider_class: ClassVar[type[HostStateProvider[Any]]]
-
-    def test_registered_by_name(self, state_dir: Path) -> None:
-        provider = get_provider(self.provider_class.name, state_dir=state_dir)
-        assert type(provider) is self.provider_class
+    def test_registered_by_name(self, provider_class: ProviderClass, state_dir: Path) -> None:
+        provider = get_provider(provider_class.name, state_dir=state_dir)
+        assert type(provider) is provider_class
         assert provider.store.state_dir == state_dir.resolve()
 
     def test_state_dir_defaults_under_sandbox_sdk_home(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+        self, provider_class: ProviderClass, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         monkeypatch.setenv("SANDBOX_SDK_HOME", str(tmp_path / "home"))
-        name = self.provider_class.name
-        sandbox = self.provider_class().create()
+        name = provider_class.name
+        sandbox = provider_class().create()
         assert (tmp_path / "home" / name / "sandboxes" / sandbox.id / "meta.json").is_file()
 
     def test_metadata_is_recorded(self, provider: HostStateProvider[Any]) -> None:
@@ -77,28 +96,32 @@ class HostStateLifecycleTests:
             provider.list(cursor="../../etc")
         assert leftovers(provider) == []
 
-    def test_another_process_sees_what_this_one_created(self, state_dir: Path) -> None:
+    def test_another_process_sees_what_this_one_created(
+        self, provider_class: ProviderClass, state_dir: Path
+    ) -> None:
         child = run_python(f"""
             from sandbox_sdk import get_provider
-            provider = get_provider({self.provider_class.name!r}, state_dir={str(state_dir)!r})
+            provider = get_provider({provider_class.name!r}, state_dir={str(state_dir)!r})
             sandbox = provider.create(labels={{"made-by": "child"}})
             sandbox.write("from-child.txt", "hello from another process\\n")
             print(sandbox.id)
         """)
         out, err = child.communicate(timeout=60)
         assert child.returncode == 0, err
-        provider = self.provider_class(state_dir)
+        provider = provider_class(state_dir)
         (info,) = provider.list(labels={"made-by": "child"}).items
         assert info.id == out.strip()
         assert provider.get(info.id).read("from-child.txt").content == "hello from another process\n"
         assert provider.get_or_create(labels={"made-by": "child"}).id == info.id
 
-    def test_two_processes_racing_on_one_label_get_the_same_sandbox(self, state_dir: Path) -> None:
+    def test_two_processes_racing_on_one_label_get_the_same_sandbox(
+        self, provider_class: ProviderClass, state_dir: Path
+    ) -> None:
         start_at = time.time() + 1.5  # both children import first, then start together
         code = f"""
             import time
             from sandbox_sdk import get_provider
-            provider = get_provider({self.provider_class.name!r}, state_dir={str(state_dir)!r})
+            provider = get_provider({provider_class.name!r}, state_dir={str(state_dir)!r})
             time.sleep(max(0.0, {start_at!r} - time.time()))
             print(provider.get_or_create(labels={{"thread": "contended"}}).id)
         """
@@ -109,7 +132,7 @@ class HostStateLifecycleTests:
             assert child.returncode == 0, err
             ids.add(out.strip())
         assert len(ids) == 1
-        provider = self.provider_class(state_dir)
+        provider = provider_class(state_dir)
         assert [info.id for info in provider.iter_sandboxes()] == list(ids)
 
     async def test_async_callers_racing_on_one_label_get_the_same_sandbox(

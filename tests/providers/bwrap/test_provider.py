@@ -17,7 +17,7 @@ class TestBwrapProvider(ProviderConformanceTests):
 
 
 class TestBwrapLifecycle(HostStateLifecycleTests):
-    provider_class = BwrapProvider
+    """Runs on the conftest's ``provider_class``."""
 
 
 def test_failed_health_check_rolls_the_sandbox_back(provider: BwrapProvider) -> None:

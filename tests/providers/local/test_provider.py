@@ -3,7 +3,6 @@ state-directory behaviour it shares with bwrap."""
 
 from __future__ import annotations
 
-from sandbox_sdk.providers.local import LocalProvider
 from sandbox_sdk.testing import ProviderConformanceTests
 from tests.providers.host_state import HostStateLifecycleTests
 
@@ -13,4 +12,4 @@ class TestLocalProvider(ProviderConformanceTests):
 
 
 class TestLocalLifecycle(HostStateLifecycleTests):
-    provider_class = LocalProvider
+    """Runs on the conftest's ``provider_class``."""
