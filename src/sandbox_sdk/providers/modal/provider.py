@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -111,6 +111,15 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
             status="running",
         )
 
+    def _running(self, sandbox_id: str, sandbox: modal.Sandbox) -> ModalSandbox:
+        """``sandbox`` as ours; one that has finished is gone, to callers."""
+        if sandbox.returncode is not None:
+            raise errors.SandboxNotFoundError(f"sandbox {sandbox_id} has finished")
+        return self._wrap(sandbox)
+
+    def _list_query(self, app: modal.App, labels: Mapping[str, str] | None) -> dict[str, Any]:
+        return {"app_id": app.app_id, "tags": dict(labels or {}), "client": self.client}
+
     # -- sync ---------------------------------------------------------------------------
 
     def _get_app(self) -> modal.App:
@@ -127,10 +136,7 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
 
     def get(self, sandbox_id: str) -> ModalSandbox:
         with translate_errors(f"get sandbox {sandbox_id}"):
-            sandbox = modal.Sandbox.from_id(sandbox_id, client=self.client)
-        if sandbox.returncode is not None:
-            raise errors.SandboxNotFoundError(f"sandbox {sandbox_id} has finished")
-        return self._wrap(sandbox)
+            return self._running(sandbox_id, modal.Sandbox.from_id(sandbox_id, client=self.client))
 
     def list(
         self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
@@ -138,21 +144,15 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
         """Running sandboxes of the app carrying ``labels``, newest first, over Modal's own
         (``before_timestamp``) paging. The cursor names the last sandbox handed out and when it
         was created, so paging goes on correctly even if that sandbox is deleted meanwhile."""
-        app = self._get_app()
-        page = _Page(cursor, limit)
+        query = self._list_query(self._get_app(), labels)
+        page = _Page(cursor, limit, labels)
         with translate_errors("list Modal sandboxes"):
-            for by_creation_time in (False, True):
-                for sandbox in modal.Sandbox.list(
-                    app_id=app.app_id, tags=dict(labels or {}), client=self.client
-                ):
-                    if page.full:
-                        page.more = True
+            for _ in page.passes():
+                for sandbox in modal.Sandbox.list(**query):
+                    if not page.takes_another():
                         break
-                    if by_creation_time or page.passed_cursor(sandbox.object_id):
-                        info = self._info(sandbox.object_id, sandbox.get_tags())
-                        page.offer(info, labels, by_creation_time=by_creation_time)
-                if not page.cursor_lost():
-                    break
+                    if page.looks_at(sandbox.object_id):
+                        page.offer(self._info(sandbox.object_id, sandbox.get_tags()))
         return page.result()
 
     def delete(self, *, sandbox_id: str) -> None:
@@ -178,30 +178,20 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
 
     async def aget(self, sandbox_id: str) -> ModalSandbox:
         with translate_errors(f"get sandbox {sandbox_id}"):
-            sandbox = await modal.Sandbox.from_id.aio(sandbox_id, client=self.client)
-        if sandbox.returncode is not None:
-            raise errors.SandboxNotFoundError(f"sandbox {sandbox_id} has finished")
-        return self._wrap(sandbox)
+            return self._running(sandbox_id, await modal.Sandbox.from_id.aio(sandbox_id, client=self.client))
 
     async def alist(
         self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
     ) -> SandboxPage:
-        app = await self._aget_app()
-        page = _Page(cursor, limit)
+        query = self._list_query(await self._aget_app(), labels)
+        page = _Page(cursor, limit, labels)
         with translate_errors("list Modal sandboxes"):
-            for by_creation_time in (False, True):
-                listing = modal.Sandbox.list.aio(
-                    app_id=app.app_id, tags=dict(labels or {}), client=self.client
-                )
-                async for sandbox in listing:
-                    if page.full:
-                        page.more = True
+            for _ in page.passes():
+                async for sandbox in modal.Sandbox.list.aio(**query):
+                    if not page.takes_another():
                         break
-                    if by_creation_time or page.passed_cursor(sandbox.object_id):
-                        info = self._info(sandbox.object_id, await sandbox.get_tags.aio())
-                        page.offer(info, labels, by_creation_time=by_creation_time)
-                if not page.cursor_lost():
-                    break
+                    if page.looks_at(sandbox.object_id):
+                        page.offer(self._info(sandbox.object_id, await sandbox.get_tags.aio()))
         return page.result()
 
     async def adelete(self, *, sandbox_id: str) -> None:
@@ -218,7 +208,7 @@ class _Page:
     listing is first walked by id (no extra requests for the sandboxes before it); if
     that sandbox is gone, it is walked again comparing creation times instead."""
 
-    def __init__(self, cursor: str | None, limit: int) -> None:
+    def __init__(self, cursor: str | None, limit: int, labels: Mapping[str, str] | None) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise errors.InvalidArgumentError(f"limit must be an int >= 1, not {limit!r}")
         self.after_id: str | None = None
@@ -231,32 +221,36 @@ class _Page:
                 raise errors.InvalidArgumentError(f"not a cursor of this provider: {cursor!r}") from None
             self.after_id = sandbox_id
         self.passed = cursor is None
+        self.by_creation_time = False
         self.limit = limit
+        self.labels = labels
         self.items: builtins.list[SandboxInfo] = []
         self.more = False
 
-    @property
-    def full(self) -> bool:
-        return len(self.items) >= self.limit
+    def passes(self) -> Iterator[None]:
+        """Walk the listing by id; if the cursor's sandbox was not in it, once more by creation time."""
+        yield
+        if not self.passed:
+            self.passed = self.by_creation_time = True
+            yield
 
-    def passed_cursor(self, sandbox_id: str) -> bool:
-        """Whether ``sandbox_id`` comes after the cursor (walking by id)."""
+    def takes_another(self) -> bool:
+        """Whether the page has room for one more sandbox; if not, there is a next page."""
+        self.more = len(self.items) >= self.limit
+        return not self.more
+
+    def looks_at(self, sandbox_id: str) -> bool:
+        """Whether ``sandbox_id`` may come after the cursor: walking by id, the ones after
+        it do; by creation time, :meth:`offer` decides."""
         if not self.passed and sandbox_id == self.after_id:
             self.passed = True
             return False
         return self.passed
 
-    def cursor_lost(self) -> bool:
-        """The cursor's sandbox was not in the listing: walk again by creation time."""
-        if self.passed:
-            return False
-        self.passed = True
-        return True
-
-    def offer(self, info: SandboxInfo, labels: Mapping[str, str] | None, *, by_creation_time: bool) -> None:
-        if by_creation_time and info.created_at.timestamp() >= self.after_time:
+    def offer(self, info: SandboxInfo) -> None:
+        if self.by_creation_time and info.created_at.timestamp() >= self.after_time:
             return
-        if labels_match(info.labels, labels):
+        if labels_match(info.labels, self.labels):
             self.items.append(info)
 
     def result(self) -> SandboxPage:
