@@ -2,22 +2,23 @@
 code answer EPERM, after Docker's default profile.
 
 Docker's profile (github.com/moby/profiles, ``seccomp/default.json`` at
-commit cd3bed8, vendored in moby/moby as
-``vendor/github.com/moby/profiles/seccomp/default.json``) is an allow-list:
-everything not listed answers EPERM (lines 2-3), 361 calls are allowed
-(lines 62-427) and some more only with a capability (lines 622-873). This
-filter is the complement, a deny-list of what that profile refuses a
-container without capabilities, because a jail never has capabilities: the
-list below is what can hurt without them, and a deny-list does not break
-ordinary programs on calls newer than the list. docs/bwrap.md says what
+commit cd3bed8061c7b7378b61fc6827c7885779417a75, vendored in moby/moby as
+``vendor/github.com/moby/profiles/seccomp/default.json``; line numbers below
+are that file's) is an allow-list: everything not listed answers EPERM
+(lines 2-3), 361 calls are allowed (lines 62-427), and some more only with a
+capability (lines 622-873). This filter is the complement, a deny-list of
+what that profile refuses a container without capabilities: a jail never has
+any, so that is what remains reachable, and a deny-list does not break
+programs using calls newer than the list. docs/bwrap.md says where it
 differs from Docker and why.
 
-libseccomp (``libseccomp.so.2``, the library behind Docker's and Flatpak's
-filters) compiles the rules to classic BPF for this machine's architecture;
-calls of any other ABI (32-bit x86 or x32 on x86_64, 32-bit ARM on aarch64)
-kill the process, libseccomp's default for a foreign architecture. Its
-Python bindings are not on PyPI in a maintained form, so the few functions
-needed are bound here with ctypes.
+libseccomp (``libseccomp.so.2``, behind Docker's and Flatpak's filters too)
+compiles the rules to classic BPF for this machine's architecture; a call of
+any other ABI (32-bit x86 or x32 on x86_64, 32-bit ARM on aarch64) kills the
+process. Its own Python bindings exist only as distribution packages for the
+system Python (Debian's python3-seccomp), and PyPI's ctypes port (pyseccomp)
+has had no release since 2021 and no type hints, so the six functions
+needed are bound here.
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ from sandbox_sdk import errors
 
 log = logging.getLogger(__name__)
 
-#: Denied with EPERM, by what they would reach. Names an architecture lacks
-#: (``umount``, ``stime`` on 64-bit machines) are skipped there.
+#: Denied with EPERM, by what they would reach: each is missing from the
+#: profile's allow-list, and some it allows with a capability (lines 622-873).
+#: Names an architecture lacks (``umount``, ``stime`` on 64-bit machines)
+#: are skipped there.
 DENIED_SYSCALLS = {
-    "kernel keyrings (the caller's session keyring, other jails' keys)": ("add_key", "keyctl", "request_key"),
-    "new namespaces and other processes' (clone: by flags, below)": ("unshare", "setns"),
+    "kernel keyrings: the caller's session keyring, other jails' keys": ("add_key", "keyctl", "request_key"),
+    "new namespaces, or entering another's (clone: by its flags, below)": ("unshare", "setns"),
     "mounts and the root directory": (
         *("mount", "umount", "umount2", "pivot_root", "chroot", "mount_setattr"),
         *("move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick"),
@@ -86,7 +89,7 @@ INSTALL_HINT = (
 
 
 def errno_action(code: int) -> int:
-    """``errno_action(code)``: the call fails with ``code``."""
+    """``SCMP_ACT_ERRNO(code)``: the call fails with errno ``code``."""
     return 0x00050000 | (code & 0xFFFF)
 
 
@@ -149,7 +152,7 @@ Rule = tuple[int, int, "_ArgCmp | None"]
 """What a call answers (an errno), its number, and a condition on one argument."""
 
 
-def rules() -> list[Rule]:
+def filter_rules() -> list[Rule]:
     """Every rule of the filter."""
     rules: list[Rule] = [(errno.EPERM, number, None) for number in denied_numbers().values()]
     clone, flags = syscall_number("clone"), 1 if os.uname().machine.startswith("s390") else 0
@@ -171,7 +174,7 @@ def deny_filter() -> bytes:
         raise errors.ProviderUnavailableError("libseccomp could not start a filter")
     try:
         _check(lib.seccomp_attr_set(context, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS))
-        for code, number, condition in rules():
+        for code, number, condition in filter_rules():
             conditions = None if condition is None else (_ArgCmp * 1)(condition)
             count = 0 if condition is None else 1
             _check(lib.seccomp_rule_add_array(context, errno_action(code), number, count, conditions))
