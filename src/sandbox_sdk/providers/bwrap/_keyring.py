@@ -15,8 +15,9 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TypeVar
 
 from sandbox_sdk import errors
@@ -43,15 +44,17 @@ def join_new_session_keyring() -> None:
 
 def in_new_session_keyring(run: Callable[[], T]) -> T:
     """``run()`` in a new thread with a new session keyring; what it returns
-    or raises. Processes it starts inherit that keyring (and, with
-    ``--die-with-parent``, die if the thread ends: it ends after ``run``)."""
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-sdk-bwrap-jail")
-    try:
-        return pool.submit(_joined, run).result()
-    finally:
-        pool.shutdown(wait=False)  # the thread ends with ``run``
+    or raises. Processes it starts inherit that keyring. The thread is a
+    daemon: if the caller is interrupted and exits, it does not wait for the
+    jail, which ``--die-with-parent`` then kills with the process."""
+    outcome: Future[T] = Future()
 
+    def thread_main() -> None:
+        try:
+            join_new_session_keyring()
+            outcome.set_result(run())
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+            outcome.set_exception(exc)
 
-def _joined(run: Callable[[], T]) -> T:
-    join_new_session_keyring()
-    return run()
+    threading.Thread(target=thread_main, name="sandbox-sdk-bwrap-jail", daemon=True).start()
+    return outcome.result()
