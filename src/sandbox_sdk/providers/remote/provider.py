@@ -1,0 +1,117 @@
+"""The remote provider; see the package docstring."""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from sandbox_sdk import errors
+from sandbox_sdk.models import SandboxPage
+from sandbox_sdk.provider import SandboxProvider
+from sandbox_sdk.provider_kit.host_state import SETUP_TIMEOUT
+from sandbox_sdk.providers.remote._link import Link, Reply, Request
+from sandbox_sdk.providers.remote.sandbox import RemoteSandbox
+from sandbox_sdk.runner import security
+
+#: Where the provider reads the runner's URL when none is given.
+URL_ENV = "SANDBOX_SDK_REMOTE_URL"
+
+
+class RemoteProvider(SandboxProvider[RemoteSandbox]):
+    """Sandboxes of one runner. ``url`` is the runner's own (``ws://HOST:PORT``
+    of ``--listen``) or a coordinator's for it (``wss://HOST/client/<runner-id>``);
+    ``token`` is the runner's shared secret (default: ``$SANDBOX_SDK_RUNNER_TOKEN``).
+    ``cafile`` trusts a self-signed certificate; ``tls`` replaces the whole
+    TLS context. ``request_timeout`` bounds a lifecycle request (``create``
+    with ``setup`` gets the setup's time on top).
+
+    ``create`` options: ``ttl``, ``idle_timeout``, ``setup``; the runner's
+    owner sets the rest. One connection serves the provider and every
+    sandbox it hands out; :meth:`close` (or ``with``) ends it."""
+
+    name = "remote"
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        cafile: str | None = None,
+        tls: ssl.SSLContext | None = None,
+        connect_timeout: float = 10.0,
+        request_timeout: float = 60.0,
+    ) -> None:
+        url = url or os.environ.get(URL_ENV)
+        token = token or os.environ.get(security.TOKEN_ENV)
+        if not url:
+            raise errors.ProviderUnavailableError(f"no runner URL: pass url= or set {URL_ENV}")
+        if not token:
+            raise errors.AuthenticationError(f"no runner token: pass token= or set {security.TOKEN_ENV}")
+        context = tls if tls is not None else security.client_context(url, cafile)
+        self._link = Link(url, token, tls=context, connect_timeout=connect_timeout)
+        self.url = url
+        self.request_timeout = request_timeout
+
+    def _create(self, *, labels: dict[str, str], **options: Any) -> RemoteSandbox:
+        return self._sandbox(self._link.call(self._create_request(labels, options)))
+
+    async def _acreate(self, *, labels: dict[str, str], **options: Any) -> RemoteSandbox:
+        return self._sandbox(await self._link.acall(self._create_request(labels, options)))
+
+    def get(self, sandbox_id: str) -> RemoteSandbox:
+        return self._sandbox(self._link.call(self._request("get", sandbox=sandbox_id)))
+
+    async def aget(self, sandbox_id: str) -> RemoteSandbox:
+        return self._sandbox(await self._link.acall(self._request("get", sandbox=sandbox_id)))
+
+    def list(
+        self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
+    ) -> SandboxPage:
+        return _page(self._link.call(self._list_request(labels, cursor, limit)))
+
+    async def alist(
+        self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
+    ) -> SandboxPage:
+        return _page(await self._link.acall(self._list_request(labels, cursor, limit)))
+
+    def delete(self, *, sandbox_id: str) -> None:
+        self._link.call(self._request("delete", sandbox=sandbox_id))
+
+    async def adelete(self, *, sandbox_id: str) -> None:
+        await self._link.acall(self._request("delete", sandbox=sandbox_id))
+
+    def close(self) -> None:
+        """End the connection; the provider's sandboxes can no longer be used."""
+        self._link.close()
+
+    def __enter__(self) -> RemoteProvider:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- requests ----------------------------------------------------------------------
+
+    def _request(self, op: str, *, extra_seconds: float = 0.0, **args: Any) -> Request:
+        return Request(op, args, timeout=self.request_timeout + extra_seconds)
+
+    def _create_request(self, labels: dict[str, str], options: dict[str, Any]) -> Request:
+        extra = SETUP_TIMEOUT if options.get("setup") is not None else 0.0
+        return self._request("create", extra_seconds=extra, labels=labels, options=options)
+
+    def _list_request(self, labels: Mapping[str, str] | None, cursor: str | None, limit: int) -> Request:
+        return self._request(
+            "list", labels=None if labels is None else dict(labels), cursor=cursor, limit=limit
+        )
+
+    def _sandbox(self, reply: Reply) -> RemoteSandbox:
+        return RemoteSandbox(self._link, str(reply.result["id"]))
+
+
+def _page(reply: Reply) -> SandboxPage:
+    return SandboxPage.model_validate(reply.result)

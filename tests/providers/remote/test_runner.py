@@ -1,0 +1,324 @@
+"""The runner and the coordinator as real processes: authentication, limits,
+concurrency, cancellation, failures and reconnection, TLS, the log."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from sandbox_sdk import errors
+from sandbox_sdk.providers.remote import RemoteProvider
+from sandbox_sdk.runner import wire
+from tests.providers.remote.support import (
+    Service,
+    self_signed_certificate,
+    start_coordinator,
+    start_runner,
+    wait_for,
+)
+
+
+@pytest.fixture
+def runner(tmp_path: Path, token: str) -> Iterator[Service]:
+    """A runner of this test alone (its log is the test's to read), on the local backend."""
+    service = start_runner(tmp_path, token)
+    yield service
+    service.stop()
+
+
+@contextmanager
+def raw_connection(url: str, token: str | None = None) -> Iterator[ClientConnection]:
+    """A WebSocket speaking the protocol by hand; authenticated if ``token`` is given."""
+    with connect(url, max_size=None, compression=None, open_timeout=10) as connection:
+        if token is not None:
+            connection.send(wire.encode("hello", token=token))
+            assert wire.decode(connection.recv(timeout=10))["type"] == "welcome"
+        yield connection
+
+
+def close_code(connection: ClientConnection) -> int:
+    with pytest.raises(ConnectionClosed) as closed:
+        while True:
+            connection.recv(timeout=10)
+    assert closed.value.rcvd is not None
+    return closed.value.rcvd.code
+
+
+def send_execute(connection: ClientConnection, request_id: int, sandbox_id: str, command: str) -> None:
+    body = command.encode()
+    args = {"sandbox": sandbox_id, "timeout": 10.0}
+    connection.send(wire.encode("request", id=request_id, op="execute", args=args, size=len(body)))
+    for chunk in wire.chunks(request_id, body):
+        connection.send(chunk)
+
+
+def responses(connection: ClientConnection, count: int) -> list[dict[str, Any]]:
+    """The next ``count`` response headers, in arrival order (bodies skipped)."""
+    found: list[dict[str, Any]] = []
+    while len(found) < count:
+        message = connection.recv(timeout=10)
+        if isinstance(message, str):
+            found.append(wire.decode(message))
+    return found
+
+
+def executed(log: str) -> int:
+    """How many commands the runner's log says it executed."""
+    return log.count("op=execute")
+
+
+def is_running(pattern: str) -> bool:
+    return subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, check=False).returncode == 0
+
+
+# -- authentication ------------------------------------------------------------------------
+
+
+def test_nothing_runs_before_authentication(runner: Service, token: str, tmp_path: Path) -> None:
+    marker = tmp_path / "must-not-exist"
+    with raw_connection(runner.url) as connection:
+        send_execute(connection, 1, "local-000000000000000000000000", f"touch {marker}")
+        assert close_code(connection) == wire.CloseCode.UNAUTHORIZED
+    with raw_connection(runner.url) as connection:
+        connection.send(wire.encode("hello", token=token[:-1] + "!"))
+        assert close_code(connection) == wire.CloseCode.UNAUTHORIZED
+    with (
+        RemoteProvider(runner.url, "a-wrong-token-of-some-length") as provider,
+        pytest.raises(errors.AuthenticationError, match="refused the token"),
+    ):
+        provider.create()
+    assert not marker.exists()
+    assert executed(runner.log()) == 0
+    assert runner.log().count("refused: no valid token") == 3
+
+
+def test_wrong_tokens_at_the_coordinator(tmp_path: Path, token: str) -> None:
+    coordinator = start_coordinator(tmp_path, {"laptop": token})
+    try:
+        impostor = start_runner(
+            tmp_path, "not-the-runner-token", connect=f"{coordinator.url}/runner/laptop", wait=False
+        )
+        assert impostor.process.wait(30) == 2
+        assert "refused this runner's token" in impostor.log()
+        runner = start_runner(tmp_path, token, connect=f"{coordinator.url}/runner/laptop")
+        for url in (f"{coordinator.url}/client/laptop", f"{coordinator.url}/client/unknown-runner"):
+            with (
+                RemoteProvider(url, "a-wrong-token-of-some-length") as provider,
+                pytest.raises(errors.AuthenticationError),
+            ):
+                provider.list()
+        runner.stop()
+    finally:
+        coordinator.stop()
+    assert coordinator.log().count("refused: no valid token") == 3
+
+
+# -- limits ------------------------------------------------------------------------------------
+
+
+def test_an_oversized_frame_closes_the_connection(tmp_path: Path, token: str) -> None:
+    coordinator = start_coordinator(tmp_path, {"laptop": token})
+    runner = start_runner(tmp_path, token, connect=f"{coordinator.url}/runner/laptop")
+    direct = start_runner(tmp_path / "direct", token)
+    try:
+        for url in (direct.url, f"{coordinator.url}/client/laptop"):
+            with raw_connection(url, token) as connection:
+                connection.send(b"\0\0\0\1" + bytes(wire.MAX_FRAME_BYTES))
+                assert close_code(connection) == wire.CloseCode.MESSAGE_TOO_BIG
+            with RemoteProvider(url, token) as provider:  # others are served as before
+                assert provider.list(labels={"none": "such"}).items == []
+    finally:
+        for service in (direct, runner, coordinator):
+            service.stop()
+
+
+def test_requests_over_the_concurrency_limit(tmp_path: Path, token: str) -> None:
+    runner = start_runner(tmp_path, token, extra=["--max-concurrent", "2"])
+    try:
+        with RemoteProvider(runner.url, token) as provider:
+            sandbox_id = provider.create().id
+            # A client that ignores the advertised limit gets the third refused at once.
+            with raw_connection(runner.url, token) as connection:
+                for request_id in (1, 2, 3):
+                    send_execute(connection, request_id, sandbox_id, "sleep 1; echo done")
+                headers = responses(connection, 3)
+            assert headers[0]["id"] == 3
+            assert headers[0]["error"] == {
+                "type": "RateLimitedError",
+                "message": "more than 2 requests in flight on one connection",
+                "path": None,
+            }
+            assert sorted(header["ok"] for header in headers) == [False, True, True]
+            # The provider keeps to the limit: six calls queue and all succeed.
+            sandbox = provider.get(sandbox_id)
+            started = time.monotonic()
+            with ThreadPoolExecutor(6) as pool:
+                outputs = list(pool.map(lambda n: sandbox.execute(f"sleep 0.3; echo {n}").output, range(6)))
+            assert outputs == [f"{n}\n" for n in range(6)]
+            assert time.monotonic() - started >= 0.9
+    finally:
+        runner.stop()
+
+
+async def test_32_concurrent_operations_over_one_connection(runner: Service, token: str) -> None:
+    with RemoteProvider(runner.url, token) as provider:
+        sandbox = await provider.acreate()
+
+        async def one(n: int) -> str:
+            await sandbox.awrite(f"file-{n}.txt", f"content {n}\n")
+            response = await sandbox.aexecute(f"sleep 0.5; cat file-{n}.txt")
+            return response.output
+
+        started = time.monotonic()
+        outputs = await asyncio.gather(*(one(n) for n in range(32)))
+        elapsed = time.monotonic() - started
+        await provider.adelete(sandbox_id=sandbox.id)
+    assert outputs == [f"content {n}\n" for n in range(32)]
+    assert elapsed < 8, "32 half-second commands ran one after another"
+    assert runner.log().count(": opened") == 1
+
+
+# -- cancellation ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend_url", ["bwrap_url", "local_url"])
+async def test_cancellation_kills_the_command_on_the_runner(
+    backend_url: str, token: str, request: pytest.FixtureRequest
+) -> None:
+    pattern = f"sleep 987.{secrets.randbelow(10**6)}"
+    with RemoteProvider(request.getfixturevalue(backend_url), token) as provider:
+        sandbox = await provider.acreate()
+        try:
+            call = asyncio.ensure_future(sandbox.aexecute(f"{pattern}; echo finished", timeout=60))
+            await asyncio.to_thread(wait_for, lambda: is_running(pattern), 15, "the command started")
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            await asyncio.to_thread(wait_for, lambda: not is_running(pattern), 5, "the command was killed")
+            assert (await sandbox.aexecute("echo still usable")).output == "still usable\n"
+        finally:
+            await provider.adelete(sandbox_id=sandbox.id)
+
+
+# -- failures and reconnection -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_runner_killed_mid_command_fails_typed_and_commits_nothing(tmp_path: Path, token: str) -> None:
+    runner = start_runner(tmp_path, token, backend="bwrap")
+    same_place = f"127.0.0.1:{runner.port}"
+    with RemoteProvider(runner.url, token) as provider, ThreadPoolExecutor(1) as pool:
+        sandbox = provider.create()
+        command = pool.submit(sandbox.execute, "sleep 30")
+        time.sleep(1)
+        runner.kill()
+        with pytest.raises(errors.ProviderUnavailableError, match=r"lost|closed"):
+            command.result(timeout=15)
+
+        runner = start_runner(
+            tmp_path, token, backend="bwrap", listen=same_place
+        )  # the same root: the sandbox is there
+        upload = pool.submit(sandbox.write, "big.bin", os.urandom(24 * 1024 * 1024))
+        wait_for(lambda: executed(runner.log()) >= 1, 30, "the first chunk landed")
+        runner.kill()
+        with pytest.raises(errors.ProviderUnavailableError):
+            upload.result(timeout=30)
+
+        runner = start_runner(tmp_path, token, backend="bwrap", listen=same_place)
+        try:
+            with pytest.raises(FileNotFoundError):
+                sandbox.stat("big.bin")  # the provider dialled the new runner by itself
+            assert sandbox.execute("echo back").output == "back\n"
+        finally:
+            provider.delete(sandbox_id=sandbox.id)
+            runner.stop()
+
+
+def test_the_runner_redials_a_restarted_coordinator(tmp_path: Path, token: str) -> None:
+    tokens = {"laptop": token}
+    coordinator = start_coordinator(tmp_path, tokens)
+    runner = start_runner(tmp_path, token, connect=f"{coordinator.url}/runner/laptop")
+    try:
+        with RemoteProvider(f"{coordinator.url}/client/laptop", token) as provider:
+            sandbox = provider.create()
+            coordinator.kill()
+            with pytest.raises(errors.ProviderUnavailableError):
+                sandbox.execute("true")
+            coordinator = start_coordinator(tmp_path, tokens, listen=f"127.0.0.1:{coordinator.port}")
+            runner.expect("registered at ")
+            assert sandbox.execute("echo again").output == "again\n"
+            provider.delete(sandbox_id=sandbox.id)
+        assert "redialling in about" in runner.log()
+    finally:
+        runner.stop()
+        coordinator.stop()
+
+
+def test_a_second_runner_with_the_same_id_is_refused(tmp_path: Path, token: str) -> None:
+    coordinator = start_coordinator(tmp_path, {"laptop": token})
+    first = start_runner(tmp_path / "first", token, connect=f"{coordinator.url}/runner/laptop")
+    second = start_runner(tmp_path / "second", token, connect=f"{coordinator.url}/runner/laptop", wait=False)
+    try:
+        wait_for(lambda: "runner id already connected" in second.log(), 15, "the second runner was refused")
+        with RemoteProvider(f"{coordinator.url}/client/laptop", token) as provider:
+            sandbox = provider.create()
+            assert (tmp_path / "first" / "root" / "sandboxes" / sandbox.id).is_dir()
+            provider.delete(sandbox_id=sandbox.id)
+        assert "already connected" in coordinator.log()
+    finally:
+        for service in (second, first, coordinator):
+            service.stop()
+
+
+# -- TLS and the log ------------------------------------------------------------------------------
+
+
+def test_tls_direct_and_through_the_coordinator(tmp_path: Path, token: str) -> None:
+    cert, key = self_signed_certificate(tmp_path)
+    tls = ["--certfile", str(cert), "--keyfile", str(key)]
+    direct = start_runner(tmp_path / "direct", token, extra=tls)
+    coordinator = start_coordinator(tmp_path, {"laptop": token}, extra=tls)
+    runner_url = f"{coordinator.url}/runner/laptop"
+    relayed = start_runner(tmp_path / "relayed", token, connect=runner_url, extra=["--cafile", str(cert)])
+    try:
+        for url in (direct.url, f"{coordinator.url}/client/laptop"):
+            assert url.startswith("wss://")
+            with RemoteProvider(url, token, cafile=str(cert)) as provider:
+                sandbox = provider.create()
+                assert sandbox.execute("echo over tls").output == "over tls\n"
+                provider.delete(sandbox_id=sandbox.id)
+            with (
+                RemoteProvider(url, token) as untrusting,
+                pytest.raises(errors.ProviderUnavailableError, match="CERTIFICATE_VERIFY_FAILED"),
+            ):
+                untrusting.list()
+    finally:
+        for service in (relayed, coordinator, direct):
+            service.stop()
+
+
+def test_one_log_line_per_command_without_its_content(runner: Service, token: str) -> None:
+    secret = "s3cr3t-" + secrets.token_hex(8)
+    with RemoteProvider(runner.url, token) as provider:
+        sandbox = provider.create()
+        command = f"echo {secret} > /dev/null"
+        assert sandbox.execute(command).exit_code == 0
+        provider.delete(sandbox_id=sandbox.id)
+    log = runner.log()
+    [line] = [
+        line for line in log.splitlines() if "op=execute" in line and f"command_bytes={len(command)}" in line
+    ]
+    assert f"sandbox={sandbox.id}" in line and "exit=0" in line
+    assert secret not in log
