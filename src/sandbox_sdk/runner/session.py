@@ -133,7 +133,7 @@ class Session:
                 raise errors.RateLimitedError(f"more than {limit} requests in flight on one connection")
             op, args = wire.field(frame, "op", str), wire.field(frame, "args", dict)
             command = await body
-            return await self._runner.workers.run(op, args, bytes(command or b""))
+            return await self._runner.workers.run(op, args, command or b"")
         except asyncio.CancelledError:
             if request_id not in self._cancelled:
                 raise  # the session is closing: no one to answer

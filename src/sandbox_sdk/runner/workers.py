@@ -73,7 +73,7 @@ class Workers:
         """Start the fork server and one worker now, not on the first request."""
         self._idle.append(self._start())
 
-    async def run(self, op: str, args: dict[str, Any], body: bytes) -> Outcome:
+    async def run(self, op: str, args: dict[str, Any], body: bytes | bytearray) -> Outcome:
         async with self._slots:
             worker = self._idle.pop() if self._idle else await asyncio.to_thread(self._start)
             try:
@@ -84,7 +84,7 @@ class Workers:
                 else:
                     self._idle.append(worker)
 
-    async def _call(self, worker: _Worker, op: str, args: dict[str, Any], body: bytes) -> Outcome:
+    async def _call(self, worker: _Worker, op: str, args: dict[str, Any], body: bytes | bytearray) -> Outcome:
         call = asyncio.get_running_loop().run_in_executor(self._threads, worker.call, op, args, body)
         try:
             return await asyncio.shield(call)
@@ -115,7 +115,7 @@ class _Worker:
         self._connection = connection
         self.broken = False
 
-    def call(self, op: str, args: dict[str, Any], body: bytes) -> Outcome:
+    def call(self, op: str, args: dict[str, Any], body: bytes | bytearray) -> Outcome:
         """One request, blocking (in a thread): its outcome from the worker."""
         try:
             self._connection.send((op, args))

@@ -139,6 +139,10 @@ def test_an_oversized_frame_closes_the_connection(tmp_path: Path, token: str) ->
                 assert close_code(connection) == wire.CloseCode.MESSAGE_TOO_BIG
             with RemoteProvider(url, token) as provider:  # others are served as before
                 assert provider.list(labels={"none": "such"}).items == []
+        with raw_connection(direct.url, token) as connection:  # a body announced over max_command_bytes
+            size = 4 * 1024 * 1024 + 1
+            connection.send(wire.encode("request", id=1, op="execute", args={"sandbox": "x"}, size=size))
+            assert close_code(connection) == wire.CloseCode.PROTOCOL_ERROR
     finally:
         for service in (direct, runner, coordinator):
             service.stop()
