@@ -44,13 +44,9 @@ class Session:
             return
         log.info("%s: opened", self._name)
         try:
-            async for message in self._ws:
-                self._receive(message)
-        except ConnectionClosed:
-            pass
-        except wire.ProtocolError as exc:
-            log.warning("%s: protocol error: %s", self._name, exc)
-            await self._ws.close(CloseCode.PROTOCOL_ERROR, str(exc)[:120])
+            problem = await wire.read_frames(self._ws, self._receive)
+            if problem is not None:
+                log.warning("%s: protocol error: %s", self._name, problem)
         finally:
             for task in self._tasks.values():
                 task.cancel()

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import ssl
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, TypeVar
@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 from websockets.asyncio.client import connect
 from websockets.asyncio.connection import Connection
+from websockets.exceptions import ConnectionClosed
 
 from sandbox_sdk import errors
 
@@ -144,6 +145,20 @@ def dial(url: str, tls: ssl.SSLContext | None, open_timeout: float = HELLO_TIMEO
         ping_timeout=PING_TIMEOUT,
         compression=None,
     )
+
+
+async def read_frames(connection: Connection, receive: Callable[[str | bytes], None]) -> ProtocolError | None:
+    """Hand each frame to ``receive`` until the connection closes; if it
+    raises :class:`ProtocolError`, close the connection (1002) and return it."""
+    try:
+        async for message in connection:
+            receive(message)
+    except ConnectionClosed:
+        pass
+    except ProtocolError as exc:
+        await connection.close(CloseCode.PROTOCOL_ERROR, str(exc)[:120])
+        return exc
+    return None
 
 
 async def send(connection: Connection, header: str, request_id: int, body: bytes) -> None:

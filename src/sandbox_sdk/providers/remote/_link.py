@@ -31,7 +31,6 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 from websockets.asyncio.client import ClientConnection
-from websockets.exceptions import ConnectionClosed
 from websockets.frames import Close
 
 from sandbox_sdk import errors
@@ -250,12 +249,7 @@ class _Connection:
 
     async def _read(self) -> None:
         try:
-            async for message in self._ws:
-                self._receive(message)
-        except ConnectionClosed:
-            pass
-        except wire.ProtocolError as exc:
-            await self._ws.close(wire.CloseCode.PROTOCOL_ERROR, str(exc)[:120])
+            await wire.read_frames(self._ws, self._receive)
         finally:
             self._lose(self._ws.protocol.close_rcvd)
 
