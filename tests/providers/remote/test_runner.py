@@ -20,6 +20,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from sandbox_sdk import errors
 from sandbox_sdk.providers.remote import RemoteProvider
+from sandbox_sdk.providers.remote import sandbox as remote_sandbox
 from sandbox_sdk.runner import wire
 from tests.providers.remote.support import (
     Service,
@@ -214,6 +215,20 @@ async def test_cancellation_kills_the_command_on_the_runner(
             assert (await sandbox.aexecute("echo still usable")).output == "still usable\n"
         finally:
             await provider.adelete(sandbox_id=sandbox.id)
+
+
+def test_a_call_past_its_deadline_is_cancelled_on_the_runner(
+    local_url: str, token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(remote_sandbox, "REPLY_GRACE_SECONDS", -9.0)  # the client gives up after 1 s of 10
+    pattern = f"sleep 876.{secrets.randbelow(10**6)}"
+    with RemoteProvider(local_url, token) as provider:
+        sandbox = provider.create()
+        with pytest.raises(errors.SandboxTimeoutError, match="no answer from the runner within 1 s"):
+            sandbox.execute(f"touch started; {pattern}", timeout=10)
+        wait_for(lambda: not is_running(pattern), 5, "the command was killed")
+        assert sandbox.stat("started").type == "file"  # it had started
+        provider.delete(sandbox_id=sandbox.id)
 
 
 # -- failures and reconnection -----------------------------------------------------------------
