@@ -24,6 +24,7 @@ from sandbox_sdk._provider_flows import (
     Listing,
     Lock,
     Probe,
+    Request,
     Unlock,
 )
 from sandbox_sdk.base import BaseSandbox
@@ -55,7 +56,19 @@ class StubSandbox(BaseSandbox):
 
 NEW = StubSandbox("sb-new")
 OLD = StubSandbox("sb-old")
-flows: LifecycleFlows[StubSandbox] = LifecycleFlows()
+
+
+class Flows(LifecycleFlows[StubSandbox]):
+    """The flows alone: each test runs one with ``kernel.run`` and its own script."""
+
+    def _perform(self, request: Request) -> Any:
+        raise AssertionError(f"{request} performed outside a script")
+
+    async def _aperform(self, request: Request) -> Any:
+        raise AssertionError(f"{request} performed outside a script")
+
+
+flows = Flows()
 
 
 def info(sandbox_id: str, labels: Mapping[str, str]) -> SandboxInfo:

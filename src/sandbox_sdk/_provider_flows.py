@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+from abc import ABC, abstractmethod
 from collections.abc import Generator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors
 from sandbox_sdk._kernel import can_clean_up
 from sandbox_sdk.base import BaseSandbox
@@ -118,9 +120,28 @@ def locked(labels: Mapping[str, str], flow: Flow[T]) -> Flow[T]:
     return result
 
 
-class LifecycleFlows(Generic[SandboxT]):
-    """The derived lifecycle operations, each declared once with its public
-    signature and docstring; ``SandboxProvider`` runs them sync and async."""
+class LifecycleFlows(ABC, Generic[SandboxT]):
+    """The derived lifecycle operations, each declared once as ``_op_<name>``
+    with the public signature and docstring of ``<name>``.
+    scripts/generate_twins.py writes ``<name>`` and ``a<name>`` from them into
+    ``sandbox_sdk._provider_lifecycle``; ``SandboxProvider`` performs the
+    requests (:meth:`_perform`, :meth:`_aperform`)."""
+
+    @abstractmethod
+    def _perform(self, request: Request) -> Any:
+        """One request of a flow, with the sync primitives."""
+
+    @abstractmethod
+    async def _aperform(self, request: Request) -> Any:
+        """One request of a flow, with the async primitives."""
+
+    def _drive(self, flow: Flow[T]) -> T:
+        """Run a flow with the sync primitives."""
+        return kernel.run(flow, self._perform)
+
+    async def _adrive(self, flow: Flow[T]) -> T:
+        """Run a flow with the async primitives; clean-up after a cancellation runs shielded."""
+        return await kernel.arun(flow, self._aperform)
 
     def _op_is_alive(self, sandbox: SandboxT) -> Flow[bool]:
         """Whether the sandbox answers a trivial command."""

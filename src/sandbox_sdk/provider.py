@@ -5,7 +5,8 @@ A provider implements four primitives (``_create``, ``get``, ``list``,
 nothing: a sandbox that fails its health check is deleted before the error
 propagates), the cursor-following iterator, and async twins of all of them.
 Each is written once, as a flow in :mod:`sandbox_sdk._provider_flows` that
-the kernel runs with the sync primitives or with the async ones. The async
+the kernel runs with the sync primitives or with the async ones (the public
+shells are generated into :mod:`sandbox_sdk._provider_lifecycle`). The async
 primitives run the sync ones in a worker thread unless a provider overrides
 them (``_acreate``, ``aget``, ``alist``, ``adelete``) with a native async client.
 """
@@ -14,21 +15,18 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterator, Mapping
 from importlib.metadata import entry_points
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import anyio.to_thread
 
-from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors
 from sandbox_sdk._provider_flows import (
     Create,
     Delete,
-    Flow,
     Get,
-    LifecycleFlows,
     List,
     Listing,
     Lock,
@@ -37,9 +35,8 @@ from sandbox_sdk._provider_flows import (
     SandboxT,
     Unlock,
 )
+from sandbox_sdk._provider_lifecycle import ProviderLifecycle
 from sandbox_sdk.models import SandboxInfo, SandboxPage
-
-T = TypeVar("T")
 
 #: Entry-point group under which providers register, by name.
 ENTRY_POINT_GROUP = "sandbox_sdk.providers"
@@ -54,7 +51,7 @@ def labels_match(have: Mapping[str, str], want: Mapping[str, str] | None) -> boo
     return not want or all(have.get(key) == value for key, value in want.items())
 
 
-class SandboxProvider(LifecycleFlows[SandboxT], ABC):
+class SandboxProvider(ProviderLifecycle[SandboxT]):
     """Hands out sandboxes of one kind. See docs/provider-guide.md."""
 
     #: The name under which the provider is registered (entry point).
@@ -106,39 +103,7 @@ class SandboxProvider(LifecycleFlows[SandboxT], ABC):
         """Delete a sandbox; deleting one that does not exist succeeds."""
         await anyio.to_thread.run_sync(lambda: self.delete(sandbox_id=sandbox_id))
 
-    # -- derived: the flows of LifecycleFlows, run sync and async --------------------------
-
-    def is_alive(self, sandbox: SandboxT) -> bool:
-        """Whether the sandbox answers a trivial command."""
-        return self._drive(self._op_is_alive(sandbox))
-
-    async def ais_alive(self, sandbox: SandboxT) -> bool:
-        """Whether the sandbox answers a trivial command."""
-        return await self._adrive(self._op_is_alive(sandbox))
-
-    def create(self, *, labels: Mapping[str, str] | None = None, **options: Any) -> SandboxT:
-        """A new sandbox, checked alive; deleted again if the check fails."""
-        return self._drive(self._op_create(labels=labels, **options))
-
-    async def acreate(self, *, labels: Mapping[str, str] | None = None, **options: Any) -> SandboxT:
-        """A new sandbox, checked alive; deleted again if the check fails."""
-        return await self._adrive(self._op_create(labels=labels, **options))
-
-    def get_or_create(
-        self, *, sandbox_id: str | None = None, labels: Mapping[str, str] | None = None, **options: Any
-    ) -> SandboxT:
-        """With ``sandbox_id``: that sandbox, or ``SandboxNotFoundError`` (never a
-        new one). With ``labels``: a live sandbox carrying exactly those labels,
-        or a new one with them. With neither: a new sandbox."""
-        return self._drive(self._op_get_or_create(sandbox_id=sandbox_id, labels=labels, **options))
-
-    async def aget_or_create(
-        self, *, sandbox_id: str | None = None, labels: Mapping[str, str] | None = None, **options: Any
-    ) -> SandboxT:
-        """With ``sandbox_id``: that sandbox, or ``SandboxNotFoundError`` (never a
-        new one). With ``labels``: a live sandbox carrying exactly those labels,
-        or a new one with them. With neither: a new sandbox."""
-        return await self._adrive(self._op_get_or_create(sandbox_id=sandbox_id, labels=labels, **options))
+    # -- derived here: the iterators (the rest, generated, comes from ProviderLifecycle) --
 
     def iter_sandboxes(
         self, *, labels: Mapping[str, str] | None = None, page_size: int = 100
@@ -197,14 +162,6 @@ class SandboxProvider(LifecycleFlows[SandboxT], ABC):
                 return await anyio.to_thread.run_sync(enter, self.label_lock(labels))
             case Unlock(held):
                 return held.__exit__(None, None, None)
-
-    def _drive(self, flow: Flow[T]) -> T:
-        """Run a flow with the sync primitives."""
-        return kernel.run(flow, self._perform)
-
-    async def _adrive(self, flow: Flow[T]) -> T:
-        """Run a flow with the async primitives; clean-up after a cancellation runs shielded."""
-        return await kernel.arun(flow, self._aperform)
 
 
 def enter(lock: contextlib.AbstractContextManager[object]) -> contextlib.AbstractContextManager[object]:
