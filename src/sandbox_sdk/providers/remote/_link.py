@@ -133,14 +133,15 @@ class _Channel:
             loop, thread, self._loop = self._loop, self._thread, None
         if loop is None or thread is None:
             return
-        if threading.current_thread() is not thread:
-            with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(self._close_connection(), loop).result(CLOSE_TIMEOUT)
+        if threading.current_thread() is thread:  # collected on the loop itself: it cannot wait for itself
+            loop.stop()
+            return
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._close_connection(), loop).result(CLOSE_TIMEOUT)
         loop.call_soon_threadsafe(loop.stop)
-        if threading.current_thread() is not thread:
-            thread.join(CLOSE_TIMEOUT)
-            if not thread.is_alive():
-                loop.close()
+        thread.join(CLOSE_TIMEOUT)
+        if not thread.is_alive():
+            loop.close()
 
     async def _close_connection(self) -> None:
         if self._connection is not None:
