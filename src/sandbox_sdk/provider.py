@@ -140,7 +140,7 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
             case Delete(sandbox_id):
                 return self.delete(sandbox_id=sandbox_id)
             case Lock(labels):
-                return enter(self.label_lock(labels))
+                return enter_lock(self.label_lock(labels))
             case Unlock(held):
                 return held.__exit__(None, None, None)
 
@@ -159,12 +159,12 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
             case Delete(sandbox_id):
                 return await self.adelete(sandbox_id=sandbox_id)
             case Lock(labels):
-                return await anyio.to_thread.run_sync(enter, self.label_lock(labels))
+                return await anyio.to_thread.run_sync(enter_lock, self.label_lock(labels))
             case Unlock(held):
                 return held.__exit__(None, None, None)
 
 
-def enter(lock: contextlib.AbstractContextManager[object]) -> contextlib.AbstractContextManager[object]:
+def enter_lock(lock: contextlib.AbstractContextManager[object]) -> contextlib.AbstractContextManager[object]:
     """Enter ``lock`` and return it, for the :class:`Unlock` that leaves it."""
     lock.__enter__()
     return lock
