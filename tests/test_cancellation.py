@@ -9,10 +9,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from sandbox_sdk import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import LimitedSandbox
-from sandbox_sdk.transfer import _directories
 from tests.transfer.transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES, leftovers
 
 
@@ -35,7 +35,7 @@ async def test_cancelled_async_download_dir_removes_its_archive(
 ) -> None:
     archives = tmp_path / "archives"
     archives.mkdir()
-    monkeypatch.setattr(_directories, "REMOTE_ARCHIVE_DIR", str(archives))
+    monkeypatch.setattr(BaseSandbox, "scratch_dir", str(archives))
     tree = local.root_dir / "tree"
     tree.mkdir()
     (tree / "data.bin").write_bytes(os.urandom(1_500_000))

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_sdk import errors, protocol
+from sandbox_sdk import BaseSandbox, errors, protocol
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import LimitedSandbox
-from sandbox_sdk.transfer import _directories
 
 
 def test_timeout_holds_after_the_command_closes_its_output(local: LocalSandbox) -> None:
@@ -78,7 +77,7 @@ def test_download_dir_never_packs_its_own_archive(
     tree = local.root_dir / "tree"
     tree.mkdir()
     (tree / "a.txt").write_text("a")
-    monkeypatch.setattr(_directories, "REMOTE_ARCHIVE_DIR", str(tree))
+    monkeypatch.setattr(BaseSandbox, "scratch_dir", str(tree))
     assert local.download_dir("tree", tmp_path / "back") == 1
     assert sorted(p.name for p in (tmp_path / "back").iterdir()) == ["a.txt"]
     assert sorted(p.name for p in tree.iterdir()) == ["a.txt"]

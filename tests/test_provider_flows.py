@@ -314,7 +314,7 @@ class MemoryProvider(SandboxProvider[StubSandbox]):
         self.sandboxes.pop(sandbox_id, None)
 
     @contextlib.contextmanager
-    def label_lock(self, labels: Mapping[str, str]) -> Iterator[None]:
+    def _label_lock(self, labels: Mapping[str, str]) -> Iterator[None]:
         self.threads["lock"] = threading.get_ident()
         yield
 

@@ -30,6 +30,15 @@ CLASSES = [
     ("sandbox_sdk.providers.daytona", "DaytonaSandbox", "daytona"),
     ("sandbox_sdk.providers.e2b", "E2BSandbox", "e2b"),
     ("sandbox_sdk.providers.modal", "ModalSandbox", "modal"),
+    ("sandbox_sdk.providers.remote", "RemoteSandbox", "websockets"),
+    ("sandbox_sdk.provider", "SandboxProvider", None),
+    ("sandbox_sdk.provider_kit", "HostStateProvider", None),
+    ("sandbox_sdk.providers.local", "LocalProvider", None),
+    ("sandbox_sdk.providers.bwrap", "BwrapProvider", None),
+    ("sandbox_sdk.providers.daytona", "DaytonaProvider", "daytona"),
+    ("sandbox_sdk.providers.e2b", "E2BProvider", "e2b"),
+    ("sandbox_sdk.providers.modal", "ModalProvider", "modal"),
+    ("sandbox_sdk.providers.remote", "RemoteProvider", "websockets"),
 ]
 IDS = [name for _, name, _ in CLASSES]
 

@@ -13,6 +13,7 @@ differ only in how they wait.
 from __future__ import annotations
 
 import os
+import posixpath
 import secrets
 from abc import ABC, abstractmethod
 from collections import deque
@@ -49,6 +50,10 @@ IN_FLIGHT_BYTES = 6 * 1024 * 1024
 class Pipeline(Generic[R]):
     """Many calls, up to ``window`` of them in flight at once.
 
+    A call is a script :class:`Call`, a provider's :class:`NativeRequest`, or
+    a whole sub-operation (a generator of requests, say one file's transfer),
+    driven to its end as one element: its return value is its reply.
+
     ``calls`` is drawn lazily and each reply is handed to ``consume`` in call
     order as soon as it and every reply before it are in, so an operation
     holds at most ``window`` calls' data however long the transfer, and the
@@ -62,7 +67,7 @@ class Pipeline(Generic[R]):
     called once that call is under way (so its memory adds to one call's, not
     the window's), before any reply is consumed."""
 
-    calls: Iterable[Call[R] | NativeRequest]
+    calls: Iterable[Call[R] | NativeRequest | Generator[Any, Any, R]]
     consume: Callable[[R], None]
     window: int = 1
     meanwhile: Callable[[], None] = lambda: None
@@ -75,8 +80,14 @@ class NativeRequest:
     carries them out, handing every other request to ``super()``."""
 
 
-Request = Call[Any] | Pipeline[Any] | NativeRequest
+#: What an operation yields (a pipeline's elements may also be sub-operations).
+Request = Call[Any] | Pipeline[Any] | NativeRequest | Generator[Any, Any, Any]
 Operation = Generator[Request, Any, T]
+
+
+def scratch_path(sandbox: SandboxCore, name: str, suffix: str = "") -> str:
+    """A fresh path in the sandbox's ``scratch_dir`` (``.sbx-<name>-<token><suffix>``), payload-encoded."""
+    return protocol.encode_path(posixpath.join(sandbox.scratch_dir, f".sbx-{name}-{new_token()}{suffix}"))
 
 
 def new_token() -> str:
@@ -127,6 +138,10 @@ class SandboxCore(ABC):
     max_output_bytes: int = 1024 * 1024
     #: Timeout in seconds for each round trip of a file operation.
     operation_timeout: float = 120.0
+    #: Directory in the sandbox for scratch files: directory archives, and
+    #: ``run`` stdin or ``edit`` texts too large for one command (not beside the
+    #: target: staging creates parents, and an edit must not).
+    scratch_dir: str = "/tmp"
     #: Round trips an async transfer keeps in flight at once.
     transfer_concurrency: int = 4
 
@@ -225,6 +240,8 @@ class SandboxCore(ABC):
             return self._run_pipeline(request)
         if isinstance(request, Call):
             return self._invoke(request)
+        if isinstance(request, Generator):  # a sub-operation of a pipeline
+            return self._drive(request)
         raise TypeError(f"{type(self).__name__} cannot perform a {type(request).__name__}")
 
     async def _aperform(self, request: Request) -> Any:
@@ -233,6 +250,8 @@ class SandboxCore(ABC):
             return await self._arun_pipeline(request)
         if isinstance(request, Call):
             return await self._ainvoke(request)
+        if isinstance(request, Generator):  # a sub-operation of a pipeline
+            return await self._adrive(request)
         raise TypeError(f"{type(self).__name__} cannot perform a {type(request).__name__}")
 
     def _drive(self, operation: Operation[T]) -> T:
@@ -316,7 +335,7 @@ class _PendingReply:
         self._value: Any = None
         self._error: Exception | None = None
 
-    async def fill(self, invoke: Callable[[Any], Awaitable[Any]], call: Call[Any] | NativeRequest) -> None:
+    async def fill(self, invoke: Callable[[Any], Awaitable[Any]], call: Request) -> None:
         try:
             self._value = await invoke(call)
         except Exception as exc:  # noqa: BLE001 - re-raised by get(), in call order

@@ -47,6 +47,7 @@ from sandbox_sdk._core import (
     check_int,
     check_path,
     new_token,
+    scratch_path,
     to_bytes,
 )
 from sandbox_sdk._kernel import can_clean_up
@@ -79,9 +80,6 @@ R = TypeVar("R")
 DEFAULT_MAX_READ_BYTES = 64 * 1024 * 1024
 #: Longest line text ``grep`` returns; longer lines are cut and flagged.
 GREP_LINE_BYTES = 1000
-#: Where ``run`` stdin and ``edit`` texts too large for one command are staged
-#: (not beside the target: staging creates parents, and an edit must not).
-ARGUMENT_STAGING_DIR = "/tmp"
 
 
 class SandboxOperations(SandboxCore):
@@ -110,7 +108,7 @@ class SandboxOperations(SandboxCore):
         data = to_bytes("stdin", stdin)
         if self._fits("run", {**args, "stdin": 0}, len(data)):
             return (yield from RunCall(args={**args, "stdin": 0}, blobs=[data], timeout=timeout))
-        staged = _argument_file("stdin")  # the run script opens and removes it
+        staged = scratch_path(self, "stdin")  # the run script opens and removes it
         yield from stage(self, staged, io.BytesIO(data))
         return (yield from _consuming(RunCall(args={**args, "stdin": staged}, timeout=timeout), [staged]))
 
@@ -190,7 +188,7 @@ class SandboxOperations(SandboxCore):
         if self._fits("edit", {**args, "old": 0, "new": 1}, len(texts["old"]) + len(texts["new"]) + 4):
             value, _ = yield from EDIT({**args, "old": 0, "new": 1}, [texts["old"], texts["new"]], what=what)
         else:  # too large for one command: both texts are staged first; the edit script consumes them
-            staged = {key: _argument_file(key) for key in texts}
+            staged = {key: scratch_path(self, key) for key in texts}
             call = EDIT({**args, **staged}, what=what)
             files = {staged[key]: data for key, data in texts.items()}
             value, _ = yield from _consuming(_staged_then(self, files, call), list(staged.values()))
@@ -342,11 +340,6 @@ def _run_args(command: str, cwd: PathArg | None, env: Mapping[str, str] | None) 
             for k, v in env.items()
         }
     return args
-
-
-def _argument_file(name: str) -> str:
-    """A fresh staging path for an argument too large for one command, payload-encoded."""
-    return protocol.encode_path(posixpath.join(ARGUMENT_STAGING_DIR, f".sbx-{name}-{new_token()}"))
 
 
 def _staged_then(sandbox: SandboxCore, files: Mapping[str, bytes], call: Call[R]) -> Operation[R]:

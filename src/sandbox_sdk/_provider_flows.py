@@ -4,7 +4,7 @@ A flow yields requests (:class:`Get`, :class:`List`, :class:`Create`,
 :class:`Probe`, :class:`Delete`, and :class:`Lock` / :class:`Unlock` around a
 lookup by labels) and receives their replies. ``SandboxProvider`` performs
 them with its sync primitives (``get``, ``list``, ``_create``, ``delete``,
-``label_lock``) in ``_perform`` and with the async ones in ``_aperform``, so
+``_label_lock``) in ``_perform`` and with the async ones in ``_aperform``, so
 ``get_or_create`` and ``aget_or_create`` share one body and one set of rules:
 all-or-nothing creation, exact label matches, the lock released however the
 flow ends. tests/test_provider_flows.py drives the flows with scripted replies.
@@ -73,7 +73,7 @@ class Delete:
 
 @dataclass(frozen=True)
 class Lock:
-    """Enter the provider's ``label_lock`` for ``labels``; replies with the held lock."""
+    """Enter the provider's ``_label_lock`` for ``labels``; replies with the held lock."""
 
     labels: Mapping[str, str]
 

@@ -77,7 +77,7 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
     def delete(self, *, sandbox_id: str) -> None:
         """Delete a sandbox; deleting one that does not exist succeeds."""
 
-    def label_lock(self, labels: Mapping[str, str]) -> contextlib.AbstractContextManager[object]:
+    def _label_lock(self, labels: Mapping[str, str]) -> contextlib.AbstractContextManager[object]:
         """Held while ``get_or_create`` looks up and creates by labels. Providers
         that can (the local ones, with a file lock) make it exclusive across
         processes, so concurrent callers get the same sandbox. It may block:
@@ -140,7 +140,7 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
             case Delete(sandbox_id):
                 return self.delete(sandbox_id=sandbox_id)
             case Lock(labels):
-                return enter_lock(self.label_lock(labels))
+                return enter_lock(self._label_lock(labels))
             case Unlock(held):
                 return held.__exit__(None, None, None)
 
@@ -159,7 +159,7 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
             case Delete(sandbox_id):
                 return await self.adelete(sandbox_id=sandbox_id)
             case Lock(labels):
-                return await anyio.to_thread.run_sync(enter_lock, self.label_lock(labels))
+                return await anyio.to_thread.run_sync(enter_lock, self._label_lock(labels))
             case Unlock(held):
                 return held.__exit__(None, None, None)
 

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_sdk import errors, protocol
+from sandbox_sdk import BaseSandbox, errors, protocol
 from sandbox_sdk._calls import EXTRACT_ARCHIVE
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import LimitedSandbox
-from sandbox_sdk.transfer import _directories
 
 from .transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES, leftovers
 
@@ -193,7 +192,7 @@ def archives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private archive directory for the sandbox side (instead of the shared /tmp)."""
     path = tmp_path / "archives"
     path.mkdir()
-    monkeypatch.setattr(_directories, "REMOTE_ARCHIVE_DIR", str(path))
+    monkeypatch.setattr(BaseSandbox, "scratch_dir", str(path))
     return path
 
 

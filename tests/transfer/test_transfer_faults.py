@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_sdk import errors
+from sandbox_sdk import BaseSandbox, errors
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import FAULTS_BEFORE_RUNNING, Fault, LimitedSandbox
-from sandbox_sdk.transfer import _directories
 
 from .transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES, faulty, leftovers
 
@@ -139,7 +138,7 @@ def test_fault_while_uploading_a_directory(
 ) -> None:
     archives = tmp_path / "archives"
     archives.mkdir()
-    monkeypatch.setattr(_directories, "REMOTE_ARCHIVE_DIR", str(archives))
+    monkeypatch.setattr(BaseSandbox, "scratch_dir", str(archives))
     tree = tmp_path / "tree"
     (tree / "sub").mkdir(parents=True)
     (tree / "sub" / "data.bin").write_bytes(os.urandom(30_000))

@@ -20,8 +20,8 @@ import anyio.to_thread
 import pytest
 
 from sandbox_sdk import errors
-from sandbox_sdk._core import check_path
 from sandbox_sdk.models import FileDownloadResponse, FileUploadResponse
+from sandbox_sdk.provider_kit import check_path
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.transfer_suite import TransferContractTests
 from sandbox_sdk.transfer import Progress, UploadSource, open_upload_source, transfer_error

@@ -9,7 +9,9 @@ and :class:`~sandbox_sdk.SandboxProvider`; the shipped providers use the same.
 - Checking arguments before any round trip: :func:`check_path`.
 - Native operations: subclass :class:`NativeRequest` for your platform's
   calls, override an ``_op_*`` operation to yield them and ``_perform`` /
-  ``_aperform`` to carry them out (the sync and async APIs then share one body).
+  ``_aperform`` to carry them out (the sync and async APIs then share one body);
+  :class:`Pipeline` keeps several requests or sub-operations in flight;
+  :data:`Operation` and :data:`Request` type the overrides.
 - Native transfers: :func:`transfer_error` (the per-file error codes),
   :func:`open_upload_source`, :func:`upload_result` / :func:`download_result`
   and :func:`new_token` for staging names.
@@ -18,7 +20,7 @@ and :class:`~sandbox_sdk.SandboxProvider`; the shipped providers use the same.
   ``bwrap`` use it.
 """
 
-from sandbox_sdk._core import NativeRequest, check_path, new_token
+from sandbox_sdk._core import NativeRequest, Operation, Pipeline, Request, check_path, new_token
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE
 from sandbox_sdk.provider_kit.host_process import (
     ARGV_COMMAND_BYTES,
@@ -48,7 +50,10 @@ __all__ = [
     "HostStateProvider",
     "NativeRequest",
     "OpenedUpload",
+    "Operation",
+    "Pipeline",
     "Progress",
+    "Request",
     "SandboxRecord",
     "UploadSource",
     "bash_script",

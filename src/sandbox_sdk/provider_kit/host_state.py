@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox_sdk import errors
@@ -336,7 +337,7 @@ class HostStateProvider(SandboxProvider[SandboxT]):
         mark_used(directory)
         return self._open(record, directory)
 
-    def info(self, record: SandboxRecord) -> SandboxInfo:
+    def _info(self, record: SandboxRecord) -> SandboxInfo:
         expiry = self.store.expiry(record)
         expired = expiry is not None and expiry.timestamp() <= time.time()
         return SandboxInfo(
@@ -372,13 +373,13 @@ class HostStateProvider(SandboxProvider[SandboxT]):
         items = []
         for record in records:
             with contextlib.suppress(errors.SandboxNotFoundError):
-                items.append(self.info(record))
+                items.append(self._info(record))
         return items
 
     def delete(self, *, sandbox_id: str) -> None:
         self.store.remove(sandbox_id)
 
-    def label_lock(self, labels: Mapping[str, str]) -> contextlib.AbstractContextManager[object]:
+    def _label_lock(self, labels: Mapping[str, str]) -> contextlib.AbstractContextManager[object]:
         return self.store.label_lock(labels)
 
     def reap(self) -> builtins.list[str]:
@@ -395,3 +396,7 @@ class HostStateProvider(SandboxProvider[SandboxT]):
                 self.store.remove(sandbox_id)
                 reaped.append(sandbox_id)
         return reaped
+
+    async def areap(self) -> builtins.list[str]:
+        """Async twin of :meth:`reap` (file-system work, in a worker thread)."""
+        return await anyio.to_thread.run_sync(self.reap)

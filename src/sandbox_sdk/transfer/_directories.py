@@ -10,15 +10,14 @@ script there).
 from __future__ import annotations
 
 import os
-import posixpath
 import tarfile
 import tempfile
 from pathlib import Path
 from typing import IO
 
-from sandbox_sdk import errors, protocol
+from sandbox_sdk import errors
 from sandbox_sdk._calls import CREATE_ARCHIVE, EXTRACT_ARCHIVE
-from sandbox_sdk._core import Operation, PathArg, SandboxCore, check_path, new_token
+from sandbox_sdk._core import Operation, PathArg, SandboxCore, check_path, scratch_path
 from sandbox_sdk._kernel import can_clean_up
 from sandbox_sdk.remote import archive as remote_archive
 from sandbox_sdk.remote._runtime import Fail
@@ -26,15 +25,8 @@ from sandbox_sdk.transfer._download import download
 from sandbox_sdk.transfer._sources import Progress, Tally
 from sandbox_sdk.transfer._staging import discard, stage
 
-#: Where a directory archive is built and read inside the sandbox.
-REMOTE_ARCHIVE_DIR = "/tmp"
 #: Directory archives are spooled in memory up to this size, then to disk.
 SPOOL_BYTES = 8 * 1024 * 1024
-
-
-def _remote_archive(kind: str) -> str:
-    """A fresh archive path in the sandbox, payload-encoded."""
-    return protocol.encode_path(posixpath.join(REMOTE_ARCHIVE_DIR, f".sbx-{kind}-{new_token()}.tar"))
 
 
 def upload_dir(
@@ -44,7 +36,7 @@ def upload_dir(
     root = Path(local_dir)
     if not root.is_dir():
         raise errors.SandboxNotADirectoryError(f"not a local directory: {root}", path=str(root))
-    args = {"archive": _remote_archive("upload"), "path": check_path(remote_dir)}
+    args = {"archive": scratch_path(sandbox, "upload", ".tar"), "path": check_path(remote_dir)}
     with tempfile.SpooledTemporaryFile(SPOOL_BYTES) as spool:
         size = _pack(root, spool)
         try:
@@ -76,7 +68,7 @@ def download_dir(
 ) -> Operation[int]:
     """Copy a sandbox tree into ``local_dir``; returns the number of entries."""
     what = f"download_dir {os.fsdecode(remote_dir)!r}"
-    archive = _remote_archive("download")
+    archive = scratch_path(sandbox, "download", ".tar")
     create = CREATE_ARCHIVE({"archive": archive, "path": check_path(remote_dir)}, what=what)
     try:
         yield from create

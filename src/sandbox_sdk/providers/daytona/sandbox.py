@@ -31,6 +31,7 @@ from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUpload
 from sandbox_sdk.provider_kit import (
     TIMEOUT_EXIT_CODE,
     NativeRequest,
+    Operation,
     Progress,
     UploadSource,
     check_path,
@@ -218,8 +219,8 @@ class DaytonaSandbox(BaseSandbox):
     # -- native transfers ---------------------------------------------------------------------
 
     def _op_upload_files(
-        self, files: Iterable[tuple[str, UploadSource]], progress: Progress | None = None
-    ) -> Generator[Any, Any, list[FileUploadResponse]]:
+        self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
+    ) -> Operation[list[FileUploadResponse]]:
         """Upload through the daemon's bulk upload (one request), which creates
         parent directories. Any file the daemon rejects is retried through the
         ``execute`` path, which reports the precise error code.
@@ -235,11 +236,11 @@ class DaytonaSandbox(BaseSandbox):
                 failed = plan.failed_indices(exc)
             plan.report(progress, failed)
         retry = plan.retry_items(failed)
-        return plan.merge((yield from super()._op_upload_files(retry, None)) if retry else [])
+        return plan.merge((yield from super()._op_upload_files(retry)) if retry else [])
 
     def _op_download_files(
-        self, paths: Iterable[str], progress: Progress | None = None
-    ) -> Generator[Any, Any, list[FileDownloadResponse]]:
+        self, paths: Iterable[str], *, progress: Progress | None = None
+    ) -> Operation[list[FileDownloadResponse]]:
         """Download through the daemon's bulk download (one request). A path the
         daemon cannot serve is retried through the ``execute`` path, which
         reports the precise error code (``file_not_found``, ``is_directory``, ...)."""
@@ -251,7 +252,7 @@ class DaytonaSandbox(BaseSandbox):
             except DaytonaError:
                 replies = None
         retry = plan.take(replies, progress)
-        return plan.merge((yield from super()._op_download_files(retry, None)) if retry else [])
+        return plan.merge((yield from super()._op_download_files(retry)) if retry else [])
 
 
 @dataclass

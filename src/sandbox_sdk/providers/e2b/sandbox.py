@@ -23,12 +23,13 @@ from e2b import AsyncCommandHandle, AsyncSandbox, CommandExitException, CommandH
 from e2b import exceptions as e2b_errors
 
 from sandbox_sdk import errors
-from sandbox_sdk._core import Pipeline  # until the provider kit exports it
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.provider_kit import (
     TIMEOUT_EXIT_CODE,
     NativeRequest,
+    Operation,
+    Pipeline,
     Progress,
     UploadSource,
     check_path,
@@ -212,14 +213,6 @@ class KillGroup(SdkCall):
         return translate_errors("kill a timed-out command")
 
 
-@dataclass(frozen=True)
-class FileTransfer(NativeRequest):
-    """One file's whole transfer, an operation of :class:`FilesCall` s, as one
-    request: a pipeline of them keeps several files in flight."""
-
-    operation: Generator[FilesCall, Any, Any]
-
-
 # -- operations -----------------------------------------------------------------------------------
 
 
@@ -367,16 +360,12 @@ class E2BSandbox(BaseSandbox):
         if isinstance(request, SdkCall):
             with request.errors():
                 return request.call(self.sdk_sandbox)
-        if isinstance(request, FileTransfer):
-            return self._drive(request.operation)
         return super()._perform(request)
 
     async def _aperform(self, request: Any) -> Any:
         if isinstance(request, SdkCall):
             with request.errors():
                 return await request.call(self.sdk_async_sandbox)
-        if isinstance(request, FileTransfer):
-            return await self._adrive(request.operation)
         return await super()._aperform(request)
 
     # -- execute ------------------------------------------------------------------------------------
@@ -405,16 +394,16 @@ class E2BSandbox(BaseSandbox):
     # -- native transfers -----------------------------------------------------------------------
 
     def _op_upload_files(
-        self, files: Iterable[tuple[str, UploadSource]], progress: Progress | None = None
-    ) -> Generator[Any, Any, list[FileUploadResponse]]:
+        self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
+    ) -> Operation[list[FileUploadResponse]]:
         """Upload through ``files.write`` then ``files.rename``: per-file errors, in order."""
         items = list(files)
         uploads = [_upload_one(path, data) for path, data in items]
         return (yield from self._op_each(uploads, [path for path, _ in items], progress))
 
     def _op_download_files(
-        self, paths: Iterable[str], progress: Progress | None = None
-    ) -> Generator[Any, Any, list[FileDownloadResponse]]:
+        self, paths: Iterable[str], *, progress: Progress | None = None
+    ) -> Operation[list[FileDownloadResponse]]:
         """Download through ``files.read(format="bytes")``: per-file errors, in order."""
         wanted = list(paths)
         return (yield from self._op_each([_download_one(path) for path in wanted], wanted, progress))
@@ -430,9 +419,7 @@ class E2BSandbox(BaseSandbox):
         would sequentially."""
         results = _Results[R](progress)
         window = self.transfer_concurrency if len(set(paths)) == len(paths) else 1
-        yield Pipeline(
-            calls=[FileTransfer(transfer) for transfer in transfers], consume=results.add, window=window
-        )
+        yield Pipeline(calls=transfers, consume=results.add, window=window)
         return results.items
 
 

@@ -18,12 +18,13 @@ import anyio.from_thread
 import modal
 
 from sandbox_sdk import errors
-from sandbox_sdk._core import Pipeline  # until the provider kit exports it
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.provider_kit import (
     TIMEOUT_EXIT_CODE,
     NativeRequest,
+    Operation,
+    Pipeline,
     Progress,
     UploadSource,
     check_path,
@@ -116,14 +117,6 @@ class ShellCommand(NativeRequest):
 
     command: str
     timeout: float
-
-
-@dataclass(frozen=True)
-class FileTransfer(NativeRequest):
-    """One file's part of a transfer, an operation of :class:`FilesystemCall` s, as one
-    request: a pipeline of them keeps several files in flight."""
-
-    operation: Generator[FilesystemCall, Any, Any]
 
 
 class ModalSandbox(BaseSandbox):
@@ -242,8 +235,6 @@ class ModalSandbox(BaseSandbox):
                 return getattr(self.sandbox.filesystem, request.method)(*request.args)
         if isinstance(request, ShellCommand):
             return self.execute(request.command, timeout=request.timeout)
-        if isinstance(request, FileTransfer):
-            return self._drive(request.operation)
         return super()._perform(request)
 
     async def _aperform(self, request: Any) -> Any:
@@ -252,13 +243,11 @@ class ModalSandbox(BaseSandbox):
                 return await getattr(self.sandbox.filesystem, request.method).aio(*request.args)
         if isinstance(request, ShellCommand):
             return await self.aexecute(request.command, timeout=request.timeout)
-        if isinstance(request, FileTransfer):
-            return await self._adrive(request.operation)
         return await super()._aperform(request)
 
     def _op_upload_files(
-        self, files: Iterable[tuple[str, UploadSource]], progress: Progress | None = None
-    ) -> Generator[Any, Any, list[FileUploadResponse]]:
+        self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
+    ) -> Operation[list[FileUploadResponse]]:
         """Each file is written with ``filesystem.write_bytes`` (a local path is streamed with
         ``copy_from_local``) to a hidden name beside its destination (parents created), several
         at once; then all are renamed into place in one command, so a destination is replaced
@@ -267,7 +256,7 @@ class ModalSandbox(BaseSandbox):
         if not plan.files:
             return []
         workdir = yield from self._op_working_directory()
-        stages = [FileTransfer(self._op_upload_one(plan, index, workdir)) for index in range(len(plan.files))]
+        stages = [self._op_upload_one(plan, index, workdir) for index in range(len(plan.files))]
         yield Pipeline(stages, _ignore, self.transfer_concurrency)
         for command in plan.commit_commands(self.max_command_bytes):
             plan.committed((yield ShellCommand(command, self.operation_timeout)))
@@ -287,18 +276,15 @@ class ModalSandbox(BaseSandbox):
             plan.staged(index, local.size)
 
     def _op_download_files(
-        self, paths: Iterable[str], progress: Progress | None = None
-    ) -> Generator[Any, Any, list[FileDownloadResponse]]:
+        self, paths: Iterable[str], *, progress: Progress | None = None
+    ) -> Operation[list[FileDownloadResponse]]:
         """Each file read whole with ``filesystem.read_bytes``, several at once; one response
         per path, in order."""
         downloads = _Downloads(list(paths), progress)
         if not downloads.paths:
             return []
         workdir = yield from self._op_working_directory()
-        reads = [
-            FileTransfer(self._op_download_one(downloads, index, workdir))
-            for index in range(len(downloads.paths))
-        ]
+        reads = [self._op_download_one(downloads, index, workdir) for index in range(len(downloads.paths))]
         yield Pipeline(reads, downloads.done, self.transfer_concurrency)
         return downloads.responses()
 

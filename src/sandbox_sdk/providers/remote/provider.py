@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
+import anyio.to_thread
+
 from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxPage
 from sandbox_sdk.provider import SandboxProvider
@@ -86,6 +88,10 @@ class RemoteProvider(SandboxProvider[RemoteSandbox]):
     def close(self) -> None:
         """End the connection; the provider's sandboxes can no longer be used."""
         self._link.close()
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close` (it waits for the connection's own loop thread)."""
+        await anyio.to_thread.run_sync(self.close)
 
     def __enter__(self) -> RemoteProvider:
         return self
