@@ -1,6 +1,10 @@
-"""Adapters that let agent frameworks use any sandbox-sdk sandbox.
+"""Adapters that let agent and evaluation frameworks use any sandbox-sdk sandbox.
 
-Each adapter lives in its own module and needs its framework installed
-(an optional extra): :mod:`sandbox_sdk.integrations.deepagents` for LangChain's
-``deepagents`` (``pip install 'sandbox-sdk[deepagents]'``).
+Each adapter lives in its own module and needs its framework installed (an
+optional extra): :mod:`~sandbox_sdk.integrations.deepagents` for LangChain's
+``deepagents`` (``[deepagents]``), :mod:`~sandbox_sdk.integrations.inspect` for
+inspect_ai sandbox environments (``[inspect]``) and
+:mod:`~sandbox_sdk.integrations.mcp`, a Model Context Protocol server (``[mcp]``).
+What the model reads (``Error: ...`` texts, listings) is worded once, in
+``_texts``, for all of them.
 """

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.integrations import _texts as texts
 from sandbox_sdk.models import EditResult, ExecuteResponse, FileInfo, GlobResult, GrepResult, ReadResult
 from sandbox_sdk.models import FileDownloadResponse as SdkDownload
 from sandbox_sdk.models import FileUploadResponse as SdkUpload
@@ -74,23 +75,6 @@ _EMPTY_OLD_STRING_ERROR: str = getattr(
 DEFAULT_GREP_MATCHES = 100_000
 #: Match cap of ``glob`` under the 0.7 protocol, as in deepagents' own sandbox.
 GLOB_MAX_MATCHES = 10_000
-
-_REASONS: tuple[tuple[type[errors.SandboxError], str], ...] = (
-    (errors.SandboxFileNotFoundError, "not found"),
-    (errors.SandboxIsADirectoryError, "is a directory"),
-    (errors.SandboxNotADirectoryError, "not a directory (or a parent is a file)"),
-    (errors.SandboxPermissionError, "permission denied"),
-    (errors.SandboxFileExistsError, "already exists"),
-    (errors.NotTextFileError, "not a UTF-8 text file"),
-)
-
-
-def _error_text(action: str, path: str, exc: errors.SandboxError) -> str:
-    """The one line the model sees when an operation fails: what, where and why."""
-    for kind, reason in _REASONS:
-        if isinstance(exc, kind):
-            return f"Error: cannot {action} '{path}': {reason}"
-    return f"Error: cannot {action} '{path}': {exc}"
 
 
 def _path_error(path: object) -> str | None:
@@ -212,11 +196,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
             response: ExecuteResponse = yield ("execute", (command,), {"timeout": timeout or None})
         except errors.SandboxError as exc:
             return da.ExecuteResponse(output=f"Error: the sandbox could not run the command: {exc}")
-        output = response.output
-        if response.timed_out:
-            limit = f"after {timeout} seconds" if timeout else "at the sandbox's default timeout"
-            note = f"Error: Command timed out {limit} and was killed."
-            output = f"{output}\n{note}" if output and not output.endswith("\n") else output + note
+        output = texts.with_timeout_note(response, timeout)
         return da.ExecuteResponse(output=output, exit_code=response.exit_code, truncated=response.truncated)
 
     def execute(self, command: str, *, timeout: int | None = None) -> da.ExecuteResponse:
@@ -235,7 +215,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         try:
             entries: list[FileInfo] = yield ("ls", (path,), {})
         except errors.SandboxError as exc:
-            return da.LsResult(error=_error_text("list", path, exc))
+            return da.LsResult(error=texts.error_text("list", path, exc))
         base = path.rstrip("/") or "/"
         return da.LsResult(entries=[_entry(posixpath.join(base, info.name), info) for info in entries])
 
@@ -257,7 +237,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
                 error=f"File '{path}': Binary file exceeds maximum preview size of {MAX_BINARY_BYTES} bytes"
             )
         except errors.SandboxError as exc:
-            return da.ReadResult(error=_error_text("read", path, exc))
+            return da.ReadResult(error=texts.error_text("read", path, exc))
         if not data:
             return da.ReadResult(
                 file_data=da.FileData(content=da_utils.EMPTY_CONTENT_WARNING, encoding="utf-8")
@@ -279,7 +259,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         except errors.NotTextFileError:
             return (yield from cls._plan_read_whole(path))
         except errors.SandboxError as exc:
-            return da.ReadResult(error=_error_text("read", path, exc))
+            return da.ReadResult(error=texts.error_text("read", path, exc))
         if page.total_lines == 0:
             return da.ReadResult(
                 file_data=da.FileData(content=da_utils.EMPTY_CONTENT_WARNING, encoding="utf-8")
@@ -316,7 +296,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
                 "Read it and then edit it, or write to a new path."
             )
         except errors.SandboxError as exc:
-            return da.WriteResult(error=_error_text("write", path, exc))
+            return da.WriteResult(error=texts.error_text("write", path, exc))
         return da.WriteResult(path=path)
 
     def write(self, file_path: str, content: str) -> da.WriteResult:
@@ -348,7 +328,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
                     "Use replace_all=True to replace all occurrences, or include more context."
                 )
             except errors.SandboxError as exc:
-                return da.EditResult(error=_error_text("edit", path, exc))
+                return da.EditResult(error=texts.error_text("edit", path, exc))
             return da.EditResult(path=path, occurrences=done.replacements)
         return da.EditResult(error=f"Error: String not found in file '{path}': '{old}'")
 
@@ -385,7 +365,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         except errors.SandboxFileNotFoundError:
             return _DeleteResult(error=f"Error: '{path}' not found")
         except errors.SandboxError as exc:
-            return _DeleteResult(error=_error_text("delete", path, exc))
+            return _DeleteResult(error=texts.error_text("delete", path, exc))
         return _DeleteResult(path=path)
 
     def delete(self, file_path: str) -> Any:
@@ -410,7 +390,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
             # One match past the cap tells "exactly at the cap" from "more exist".
             found: GrepResult = yield ("grep", (pattern, path), {"glob": glob, "max_matches": cap + 1})
         except errors.SandboxError as exc:
-            return da.GrepResult(error=_error_text("search", path or ".", exc))
+            return da.GrepResult(error=texts.error_text("search", path or ".", exc))
         matches: list[da.GrepMatch] = [
             {"path": match.path, "line": match.line_number, "text": match.line} for match in found.matches
         ]
@@ -444,7 +424,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         try:
             found: GlobResult = yield ("glob", (pattern, root), {})
         except errors.SandboxError as exc:
-            return da.GlobResult(error=_error_text("search", root, exc))
+            return da.GlobResult(error=texts.error_text("search", root, exc))
         anchored = pattern.startswith("/")
         return da.GlobResult(
             matches=[
@@ -470,7 +450,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
                 {"include_hidden": by_name, "max_results": GLOB_MAX_MATCHES},
             )
         except errors.SandboxError as exc:
-            return da.GlobResult(error=_error_text("search", root, exc))
+            return da.GlobResult(error=texts.error_text("search", root, exc))
         hidden_ok = relative.startswith(".")
         matches = [
             {**_entry(info.path, info), "is_dir": False}

@@ -32,7 +32,7 @@ from pydantic import AnyUrl, Field
 
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
-from sandbox_sdk.integrations.mcp import _texts as texts
+from sandbox_sdk.integrations import _texts as texts
 from sandbox_sdk.integrations.mcp._roots import OutsideRootsError, ask_client_roots, inside_roots, root_dirs
 from sandbox_sdk.provider import SandboxProvider
 

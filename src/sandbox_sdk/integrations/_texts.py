@@ -1,6 +1,7 @@
-"""What the model reads: the deepagents backend's ``Error: ...`` texts for
-failures, and plain-text renderings of results (numbered lines, one path per
-line), so an agent moving between the two integrations sees the same words."""
+"""What the model reads, shared by the integrations (no framework imported
+here): the ``Error: ...`` texts for failures, and plain-text renderings of
+results (numbered lines, one path per line), so an agent moving between the
+deepagents backend and the MCP server sees the same words."""
 
 from __future__ import annotations
 
@@ -69,14 +70,19 @@ def ambiguous_text(path: str, old: str, count: int) -> str:
     )
 
 
-def execute_text(response: ExecuteResponse, timeout: int | None) -> str:
-    """Output, then the timeout note and exit status as deepagents' ``execute`` tool shows them."""
+def with_timeout_note(response: ExecuteResponse, timeout: int | None) -> str:
+    """The command's output, with a note on its own line if it was killed at its timeout."""
     output = response.output
     if response.timed_out:
         limit = f"after {timeout} seconds" if timeout else "at the sandbox's default timeout"
         note = f"Error: Command timed out {limit} and was killed."
         output = f"{output}\n{note}" if output and not output.endswith("\n") else output + note
-    parts = [output]
+    return output
+
+
+def execute_text(response: ExecuteResponse, timeout: int | None) -> str:
+    """Output, then the timeout note and exit status as deepagents' ``execute`` tool shows them."""
+    parts = [with_timeout_note(response, timeout)]
     if response.exit_code is not None:
         status = "succeeded" if response.exit_code == 0 else "failed"
         parts.append(f"\n[Command {status} with exit code {response.exit_code}]")
