@@ -98,6 +98,8 @@ ERRNO_CODES = {
 
 FRAME_MARKER = "@@SANDBOX_SDK"
 NAME_MAX = 255
+#: Where a user's lock files for unreadable directories live (see DirLock).
+LOCK_DIR = b"/tmp/.sbx-locks-%d"
 HASH_BLOCK = 1 << 20
 B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
 
@@ -308,10 +310,15 @@ def remove_quietly(path: bytes) -> None:
 
 
 class DirLock:
-    """An exclusive ``flock`` on a directory, serialising writers of its files.
+    """An exclusive ``flock`` serialising the writers of a directory's files.
 
     Locking the directory, not the file, survives the rename that replaces the
-    file's inode, and leaves no lock file behind."""
+    file's inode, and leaves no lock file behind. A directory the user may
+    write but not read (mode 0333) cannot be opened to lock: then a lock file
+    named by the directory's device and inode, in a private directory of the
+    user's under ``/tmp``, stands for it (the same user always takes the same
+    one, as readability is the same for all of that user's writers). When
+    neither can be had the operation fails: it never runs unlocked."""
 
     def __init__(self, path: bytes) -> None:
         self.path = os.path.dirname(path) or b"."
@@ -322,10 +329,31 @@ class DirLock:
 
         try:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            return self  # the parent is missing: the operation reports it
+        except (FileNotFoundError, NotADirectoryError):
+            return self  # no directory to write in: the operation reports it
+        except PermissionError:
+            self.fd = self._open_stand_in()
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
+
+    def _open_stand_in(self) -> int:
+        """The lock file standing for an unreadable directory."""
+        try:
+            st = os.stat(self.path)
+            private = LOCK_DIR % os.geteuid()
+            os.makedirs(private, 0o700, exist_ok=True)
+            own = os.lstat(private)
+            if not stat.S_ISDIR(own.st_mode) or own.st_uid != os.geteuid():
+                raise PermissionError(errno.EACCES, "not a private directory", private)
+            name = b"%x-%x" % (st.st_dev, st.st_ino)
+            flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            return os.open(os.path.join(private, name), flags, 0o600)
+        except OSError as exc:
+            raise Fail(
+                "PERMISSION_DENIED",
+                "cannot lock the unreadable directory: %s" % (exc.strerror or exc),
+                self.path,
+            ) from None
 
     def __exit__(self, *exc: object) -> None:
         if self.fd >= 0:
