@@ -228,7 +228,9 @@ def resolve_target(dest: bytes) -> bytes:
 
 
 def check_destination(dest: bytes, overwrite: bool) -> Optional[os.stat_result]:
-    """Fail early if ``dest`` cannot be (re)placed; return its stat if it exists."""
+    """Fail early if ``dest`` cannot be (re)placed: a directory, an existing
+    file without ``overwrite``, or one the user may not write. Return its stat
+    if it exists."""
     try:
         st = os.stat(dest)
     except FileNotFoundError:
@@ -239,6 +241,11 @@ def check_destination(dest: bytes, overwrite: bool) -> Optional[os.stat_result]:
         raise Fail("IS_DIRECTORY", "destination is a directory", dest)
     if not overwrite:
         raise Fail("ALREADY_EXISTS", "file already exists (pass overwrite=True to replace it)", dest)
+    if not os.access(dest, os.W_OK):
+        # The rename would need only the directory's permission; replacing a
+        # file the user may not write is refused as writing it in place would
+        # be. ``os.access`` asks the kernel, so root passes as it would there.
+        raise Fail("PERMISSION_DENIED", "no permission to write the file", dest)
     return st
 
 

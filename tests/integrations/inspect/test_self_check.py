@@ -26,7 +26,6 @@ PROVIDERS = ["local", "bwrap", "e2b", "daytona", "modal"]
 CLOUD = {"e2b", "daytona", "modal"}
 
 MERGED = "execute() merges stderr into stdout; separate streams are issue 11's process model"
-READ_ONLY = "write(overwrite=True) replaces a read-only file instead of raising PermissionError (issue 13)"
 #: Gaps of every provider.
 KNOWN_GAPS = {
     "test_exec_stderr": MERGED,
@@ -35,8 +34,6 @@ KNOWN_GAPS = {
         "a command that cannot be executed is exit code 126 with the shell's message; a typed "
         "error for a command that could not start belongs to issue 11's process model"
     ),
-    "test_write_text_file_without_permissions": READ_ONLY,
-    "test_write_binary_file_without_permissions": READ_ONLY,
 }
 #: Gaps of some providers only.
 PROVIDER_GAPS = {

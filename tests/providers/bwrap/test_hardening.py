@@ -15,6 +15,7 @@ import pytest
 from sandbox_sdk import BaseSandbox, errors
 from sandbox_sdk.providers.bwrap import BwrapProvider
 from sandbox_sdk.testing import provided_sandbox
+from sandbox_sdk.testing.faults import LimitedSandbox
 
 
 @pytest.fixture(scope="module")
@@ -57,3 +58,29 @@ def test_an_unlockable_directory_fails_typed_instead_of_writing_unlocked(sandbox
     finally:
         shell(sandbox, f"rm -f /tmp/.sbx-locks-{uid}")
     assert sandbox.edit("nolock/f", "a", "b").replacements == 1
+
+
+@pytest.fixture
+def limited(sandbox: BaseSandbox) -> LimitedSandbox:
+    """The sandbox with small commands, so a 200 kB file goes staged."""
+    return LimitedSandbox(sandbox, max_command_bytes=64 * 1024, max_output_bytes=1 << 20)
+
+
+STAGED = b"s" * 200_000
+
+
+@pytest.mark.parametrize("mode", ["444", "000"])
+def test_a_file_the_user_may_not_write_is_never_replaced(
+    sandbox: BaseSandbox, limited: LimitedSandbox, mode: str
+) -> None:
+    name = f"ro{mode}"
+    shell(sandbox, f"mkdir -p {name} && echo old > {name}/f && chmod {mode} {name}/f")
+    with pytest.raises(errors.SandboxPermissionError):
+        sandbox.write(f"{name}/f", "new", overwrite=True)
+    with pytest.raises(errors.SandboxPermissionError):
+        limited.write(f"{name}/f", STAGED, overwrite=True)
+    with pytest.raises(errors.SandboxPermissionError):
+        sandbox.edit(f"{name}/f", "old", "new")
+    packed, staged = limited.upload_files([(f"{name}/f", b"new"), (f"{name}/f", STAGED)])
+    assert (packed.error, staged.error) == ("permission_denied", "permission_denied")
+    assert shell(sandbox, f"stat -c '%a %s' {name}/f; ls -A {name}") == f"{int(mode, 8):o} 4\nf\n"
