@@ -206,7 +206,11 @@ class SandboxOperations(SandboxCore):
     ) -> Operation[GlobResult]:
         """Entries matching ``pattern`` (``*``, ``?``, ``[...]``, ``{a,b}``,
         ``**``) below ``path``, sorted. Names starting with a dot match only
-        with ``include_hidden=True`` or a pattern segment that starts with one."""
+        with ``include_hidden=True`` or a pattern segment that starts with one.
+        A trailing ``/`` matches directories only. Unlike Python's glob,
+        ``sub/**`` leaves out ``sub`` itself and ``[^a]`` negates as ``[!a]``
+        does (docs/protocol.md, "Glob patterns"). Directories that could not be
+        listed or searched are in ``unreadable``."""
         args = {
             "pattern": _pattern(pattern),
             "path": check_path("." if path is None else path),

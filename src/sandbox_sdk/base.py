@@ -140,7 +140,11 @@ class BaseSandbox(SandboxOperations):
     ) -> GlobResult:
         """Entries matching ``pattern`` (``*``, ``?``, ``[...]``, ``{a,b}``,
         ``**``) below ``path``, sorted. Names starting with a dot match only
-        with ``include_hidden=True`` or a pattern segment that starts with one."""
+        with ``include_hidden=True`` or a pattern segment that starts with one.
+        A trailing ``/`` matches directories only. Unlike Python's glob,
+        ``sub/**`` leaves out ``sub`` itself and ``[^a]`` negates as ``[!a]``
+        does (docs/protocol.md, "Glob patterns"). Directories that could not be
+        listed or searched are in ``unreadable``."""
         return self._drive(
             self._op_glob(pattern, path, include_hidden=include_hidden, max_results=max_results)
         )
@@ -156,7 +160,10 @@ class BaseSandbox(SandboxOperations):
         """Async twin of :meth:`glob`: entries matching ``pattern`` (``*``, ``?``,
         ``[...]``, ``{a,b}``, ``**``) below ``path``, sorted. Names starting
         with a dot match only with ``include_hidden=True`` or a pattern segment
-        that starts with one."""
+        that starts with one. A trailing ``/`` matches directories only. Unlike
+        Python's glob, ``sub/**`` leaves out ``sub`` itself and ``[^a]`` negates
+        as ``[!a]`` does (docs/protocol.md, "Glob patterns"). Directories that
+        could not be listed or searched are in ``unreadable``."""
         return await self._adrive(
             self._op_glob(pattern, path, include_hidden=include_hidden, max_results=max_results)
         )

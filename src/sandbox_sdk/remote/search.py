@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 SNIFF_BYTES = 8192
 MAGIC = re.compile(rb"[*?\[{]")
+CLASS_SPECIAL = re.compile(rb"[\\\[\]&~|^]")
 
 
 def expand_braces(pattern: bytes) -> List[bytes]:
@@ -99,22 +100,37 @@ def translate(pattern: bytes) -> bytes:
         elif ch == b"?":
             out += b"[^/]"
         elif ch == b"[":
-            end = pattern.find(b"]", i + 1 if pattern[i : i + 1] in (b"!", b"^") else i)
-            if end < 0:
-                out += re.escape(ch)
-                continue
-            body = pattern[i:end]
-            i = end + 1
-            if body[:1] in (b"!", b"^"):
-                body = b"^" + body[1:]
-            out += b"[" + body.replace(b"\\", b"\\\\") + b"]"
+            cls, i = bracket(pattern, i)
+            out += cls
         else:
             out += re.escape(ch)
     return bytes(out)
 
 
+def bracket(pattern: bytes, start: int) -> Tuple[bytes, int]:
+    """The class opened by the ``[`` before ``start``, as regex source, and
+    where the pattern goes on. As in Python's ``fnmatch``, a ``]`` first in the
+    class is one of its characters and an unclosed ``[`` is itself; ``!`` or
+    ``^`` first negates (as bash does)."""
+    body_start = start + 1 if pattern[start : start + 1] in (b"!", b"^") else start
+    if pattern[body_start : body_start + 1] == b"]":
+        body_start += 1
+    end = pattern.find(b"]", body_start)
+    if end < 0:
+        return b"\\[", start
+    body = pattern[start:end]
+    negate = body[:1] in (b"!", b"^")
+    if negate:
+        body = body[1:]
+    # Only ``-`` keeps its meaning; escapes, brackets and set operators are characters.
+    return b"[" + (b"^" if negate else b"") + CLASS_SPECIAL.sub(rb"\\\g<0>", body) + b"]", end + 1
+
+
 def compile_glob(pattern: bytes) -> Pattern[bytes]:
-    return re.compile(translate(pattern) + b"\\Z", re.DOTALL)
+    try:
+        return re.compile(translate(pattern) + b"\\Z", re.DOTALL)
+    except re.error as exc:  # a reversed range such as ``[z-a]``
+        raise Fail("INVALID_ARGUMENT", "invalid glob pattern %r: %s" % (pattern, exc)) from None
 
 
 class Walker:
@@ -127,6 +143,7 @@ class Walker:
         self.found: Set[bytes] = set()
         self.unreadable: Set[bytes] = set()
         self.truncated = False
+        self.dirs_only = False  # the pattern being matched ends with ``/``
 
     def full(self) -> bool:
         return len(self.found) >= self.limit
@@ -142,6 +159,21 @@ class Walker:
             self.unreadable.add(rel or b".")
             return []
 
+    def add(self, rel: bytes) -> None:
+        if not self.dirs_only or os.path.isdir(os.path.join(self.root, rel)):
+            self.found.add(rel)
+
+    def exists(self, rel: bytes) -> bool:
+        """Whether ``rel`` is there; a parent that cannot be searched is reported."""
+        try:
+            os.lstat(os.path.join(self.root, rel))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError:
+            self.unreadable.add(os.path.dirname(rel) or b".")
+            return False
+        return True
+
     def visible(self, name: bytes, segment: bytes) -> bool:
         return self.include_hidden or not name.startswith(b".") or segment.startswith(b".")
 
@@ -151,7 +183,7 @@ class Walker:
             return
         if not segments:
             if rel:
-                self.found.add(rel)
+                self.add(rel)
             return
         segment, rest = segments[0], segments[1:]
         if segment == b"**":
@@ -164,12 +196,12 @@ class Walker:
                     continue
                 child = os.path.join(rel, name)
                 if not rest:
-                    self.found.add(child)
+                    self.add(child)
                 if is_dir:
                     self.match(child, segments)
         elif not MAGIC.search(segment):
             child = os.path.join(rel, segment)
-            if os.path.lexists(os.path.join(self.root, child)):
+            if self.exists(child):
                 self.match(child, rest)
         else:
             regex = compile_glob(segment)
@@ -188,6 +220,7 @@ def glob(args: Args, blobs: Blobs) -> Tuple[GlobReply, Blobs]:
         raise Fail("NOT_DIRECTORY", "search root is not a directory", root)
     walker = Walker(root, args["include_hidden"], args["max_results"])
     for variant in expand_braces(pattern):
+        walker.dirs_only = variant.endswith(b"/")
         walker.match(b"", [s for s in variant.split(b"/") if s and s != b"."])
     budget = args["budget"]
     matches = []
@@ -195,7 +228,10 @@ def glob(args: Args, blobs: Blobs) -> Tuple[GlobReply, Blobs]:
         path = rel if args["relative"] else os.path.join(root, rel)
         try:
             item = entry(path, os.lstat(os.path.join(root, rel)))
-        except OSError:
+        except FileNotFoundError:
+            continue  # gone since the walk
+        except OSError:  # listed, but its directory cannot be searched (mode 0666)
+            walker.unreadable.add(os.path.dirname(rel) or b".")
             continue
         budget -= json_size(item)
         if budget < 0:

@@ -7,6 +7,7 @@ them as root itself)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -84,3 +85,17 @@ def test_a_file_the_user_may_not_write_is_never_replaced(
     packed, staged = limited.upload_files([(f"{name}/f", b"new"), (f"{name}/f", STAGED)])
     assert (packed.error, staged.error) == ("permission_denied", "permission_denied")
     assert shell(sandbox, f"stat -c '%a %s' {name}/f; ls -A {name}") == f"{int(mode, 8):o} 4\nf\n"
+
+
+def test_glob_reports_a_directory_it_can_list_but_not_search(sandbox: BaseSandbox) -> None:
+    """Mode 0666: the names can be read, the entries not reached."""
+    shell(sandbox, "mkdir -p rw/noexec/deeper && touch rw/noexec/f.py rw/ok.py && chmod 0666 rw/noexec")
+    cases = {
+        "noexec/*.py": ([], ["noexec"]),
+        "noexec/f.py": ([], ["noexec"]),
+        "**/*.py": (["ok.py"], ["noexec", "noexec/deeper"]),  # deeper's name was listed, itself not
+    }
+    for pattern, (names, unreadable) in cases.items():
+        result = sandbox.glob(pattern, "rw")
+        assert [m.name for m in result.matches] == names, pattern
+        assert [os.path.relpath(p, "rw") for p in result.unreadable] == unreadable, pattern
