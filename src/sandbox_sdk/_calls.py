@@ -44,6 +44,24 @@ V = TypeVar("V")
 Reply: TypeAlias = tuple[V, list[Blob]]
 
 
+def check_command(command: object) -> bytes:
+    """A user's command in UTF-8. A command must be text a shell can be given:
+    not a NUL (no argument can hold one), nor a lone surrogate (no encoding
+    can); either is an :class:`~sandbox_sdk.errors.InvalidArgumentError`
+    before any round trip (``run`` checks it, and so does the provider kit's
+    ``bash_script`` for every ``execute`` built on it)."""
+    if not isinstance(command, str):
+        raise errors.InvalidArgumentError(f"command must be a str, not {type(command).__name__}")
+    if "\0" in command:
+        raise errors.InvalidArgumentError("command contains a NUL character")
+    try:
+        return command.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise errors.InvalidArgumentError(
+            f"command is not valid Unicode text: {exc.reason} at {exc.start}"
+        ) from None
+
+
 class Call(ABC, Generic[R]):
     """One ``execute()`` round trip whose decoded reply is an ``R``."""
 

@@ -111,7 +111,10 @@ def check_path(path: object, name: str = "path") -> str:
     """The payload form of a path; malformed paths fail before any round trip."""
     if not isinstance(path, str | bytes | os.PathLike):
         raise errors.InvalidPathError(f"{name} must be str, bytes or os.PathLike, not {type(path).__name__}")
-    raw = os.fsencode(path)
+    try:
+        raw = os.fsencode(path)
+    except UnicodeEncodeError as exc:  # a lone surrogate outside surrogateescape's range
+        raise errors.InvalidPathError(f"{name} is not valid Unicode text: {exc.reason}") from None
     shown = os.fsdecode(raw)
     if not raw:
         raise errors.InvalidPathError(f"{name} is empty", path=shown)
@@ -122,7 +125,12 @@ def check_path(path: object, name: str = "path") -> str:
 
 def to_bytes(name: str, value: object) -> bytes:
     if isinstance(value, str):
-        return value.encode("utf-8")
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: pass bytes for bytes that are not text
+            raise errors.InvalidArgumentError(
+                f"{name} is not valid Unicode text: {exc.reason} at {exc.start}"
+            ) from None
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
     raise errors.InvalidArgumentError(f"{name} must be str or bytes, not {type(value).__name__}")

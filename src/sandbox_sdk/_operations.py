@@ -38,6 +38,7 @@ from sandbox_sdk._calls import (
     Call,
     RunCall,
     ShellCall,
+    check_command,
 )
 from sandbox_sdk._core import (
     Operation,
@@ -98,11 +99,10 @@ class SandboxOperations(SandboxCore):
     ) -> Operation[ExecuteResponse]:
         """``execute`` with a working directory, extra environment variables and
         stdin (any size, binary-safe), applied by wrapping the command."""
-        if not isinstance(command, str):
-            raise errors.InvalidArgumentError("command must be a str")
+        encoded = check_command(command)
         if cwd is None and not env and stdin is None:
             return (yield from ShellCall(command, timeout))
-        args = _run_args(command, cwd, env)
+        args = _run_args(encoded, cwd, env)
         if stdin is None:
             return (yield from RunCall(args=args, timeout=timeout))
         data = to_bytes("stdin", stdin)
@@ -334,16 +334,31 @@ def file_info(item: Entry) -> FileInfo:
     )
 
 
-def _run_args(command: str, cwd: PathArg | None, env: Mapping[str, str] | None) -> dict[str, Any]:
-    args: dict[str, Any] = {"command": protocol.encode_path(command.encode("utf-8"))}
+def _run_args(command: bytes, cwd: PathArg | None, env: Mapping[str, str] | None) -> dict[str, Any]:
+    args: dict[str, Any] = {"command": protocol.encode_path(command)}
     if cwd is not None:
         args["cwd"] = check_path(cwd, "cwd")
     if env:
         args["env"] = {
-            protocol.encode_path(to_bytes("env key", k)): protocol.encode_path(to_bytes("env value", v))
-            for k, v in env.items()
+            protocol.encode_path(_env_key(key)): protocol.encode_path(_env_value(key, value))
+            for key, value in env.items()
         }
     return args
+
+
+def _env_key(key: object) -> bytes:
+    """A variable's name: what ``execve`` can carry (no ``=``, no NUL, not empty)."""
+    raw = to_bytes("env key", key)
+    if not raw or b"=" in raw or b"\0" in raw:
+        raise errors.InvalidArgumentError(f"env key {key!r} must be non-empty, without '=' or NUL")
+    return raw
+
+
+def _env_value(key: object, value: object) -> bytes:
+    raw = to_bytes("env value", value)
+    if b"\0" in raw:
+        raise errors.InvalidArgumentError(f"env value of {key!r} contains a NUL character")
+    return raw
 
 
 def _staged_then(sandbox: SandboxCore, files: Mapping[str, bytes], call: Call[R]) -> Operation[R]:

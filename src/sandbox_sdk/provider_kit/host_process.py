@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
+from sandbox_sdk._calls import check_command
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse
 from sandbox_sdk.protocol import command_bytes
 
@@ -126,7 +127,10 @@ def bash_script(command: str) -> Iterator[tuple[str, tuple[int, ...]]]:
     A command too long to be one argument is written to an anonymous
     in-memory file that bash sources; ``.`` reads the whole file before
     running any of it, so its first statement closes the descriptor and
-    nothing the command starts inherits it."""
+    nothing the command starts inherits it. A command with a NUL or a lone
+    surrogate is an :class:`~sandbox_sdk.errors.InvalidArgumentError`, as
+    ``run`` raises before any round trip."""
+    check_command(command)
     if command_bytes(command) <= ARGV_COMMAND_BYTES:
         yield command, ()
         return
@@ -134,7 +138,7 @@ def bash_script(command: str) -> Iterator[tuple[str, tuple[int, ...]]]:
     try:
         _write_all(fd, f"exec {fd}<&-; ".encode("ascii"))
         for start in range(0, len(command), WRITE_CHARS):  # encoded piecewise: no full copy
-            _write_all(fd, command[start : start + WRITE_CHARS].encode("utf-8", "surrogateescape"))
+            _write_all(fd, command[start : start + WRITE_CHARS].encode("utf-8"))
         os.lseek(fd, 0, os.SEEK_SET)
         yield f". /dev/fd/{fd}", (fd,)
     finally:
