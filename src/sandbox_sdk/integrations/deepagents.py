@@ -204,6 +204,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         return self._run(self._plan_execute(command, timeout))
 
     async def aexecute(self, command: str, *, timeout: int | None = None) -> da.ExecuteResponse:
+        """Async twin of :meth:`execute`."""
         return await self._arun(self._plan_execute(command, timeout))
 
     # -- ls -------------------------------------------------------------------------------
@@ -223,6 +224,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         return self._run(self._plan_ls(path))
 
     async def als(self, path: str) -> da.LsResult:
+        """Async twin of :meth:`ls`."""
         return await self._arun(self._plan_ls(path))
 
     # -- read -----------------------------------------------------------------------------
@@ -280,6 +282,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         return self._run(self._plan_read(file_path, offset, limit))
 
     async def aread(self, file_path: str, offset: int = 0, limit: int = 2000) -> da.ReadResult:
+        """Async twin of :meth:`read`."""
         return await self._arun(self._plan_read(file_path, offset, limit))
 
     # -- write / edit / delete -----------------------------------------------------------
@@ -305,6 +308,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         return self._run(self._plan_write(file_path, content))
 
     async def awrite(self, file_path: str, content: str) -> da.WriteResult:
+        """Async twin of :meth:`write`."""
         return await self._arun(self._plan_write(file_path, content))
 
     @staticmethod
@@ -323,14 +327,11 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
             except errors.EditNoMatchError:
                 continue
             except errors.EditAmbiguousError as exc:
-                return da.EditResult(
-                    error=f"Error: String '{old}' appears multiple times ({exc.count}) in '{path}'. "
-                    "Use replace_all=True to replace all occurrences, or include more context."
-                )
+                return da.EditResult(error=texts.ambiguous_text(path, old, exc.count))
             except errors.SandboxError as exc:
                 return da.EditResult(error=texts.error_text("edit", path, exc))
             return da.EditResult(path=path, occurrences=done.replacements)
-        return da.EditResult(error=f"Error: String not found in file '{path}': '{old}'")
+        return da.EditResult(error=texts.no_match_text(path, old))
 
     def edit(
         self,
@@ -350,6 +351,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         new_string: str,
         replace_all: bool = False,
     ) -> da.EditResult:
+        """Async twin of :meth:`edit`."""
         return await self._arun(self._plan_edit(file_path, old_string, new_string, replace_all))
 
     @staticmethod
@@ -375,6 +377,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         return self._run(self._plan_delete(file_path))
 
     async def adelete(self, file_path: str) -> Any:
+        """Async twin of :meth:`delete`."""
         return await self._arun(self._plan_delete(file_path))
 
     # -- grep / glob -------------------------------------------------------------------
@@ -407,6 +410,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
     async def agrep(
         self, pattern: str, path: str | None = None, glob: str | None = None, *, max_count: int | None = None
     ) -> da.GrepResult:
+        """Async twin of :meth:`grep`."""
         return await self._arun(self._plan_grep(pattern, path, glob, max_count))
 
     @staticmethod
@@ -466,6 +470,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         return self._run(self._plan_glob(pattern, path))
 
     async def aglob(self, pattern: str, path: str | None = None) -> da.GlobResult:
+        """Async twin of :meth:`glob`."""
         return await self._arun(self._plan_glob(pattern, path))
 
     # -- transfers ---------------------------------------------------------------------
@@ -497,6 +502,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         return self._run(self._plan_upload(files))
 
     async def aupload_files(self, files: list[tuple[str, bytes]]) -> list[da.FileUploadResponse]:
+        """Async twin of :meth:`upload_files`."""
         return await self._arun(self._plan_upload(files))
 
     @staticmethod
@@ -525,4 +531,5 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         return self._run(self._plan_download(paths))
 
     async def adownload_files(self, paths: list[str]) -> list[da.FileDownloadResponse]:
+        """Async twin of :meth:`download_files`."""
         return await self._arun(self._plan_download(paths))
