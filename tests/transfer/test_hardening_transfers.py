@@ -76,3 +76,13 @@ def test_download_dir_reports_an_archive_it_could_not_remove(local: LocalSandbox
     assert "is left in the sandbox" in "".join(getattr(raised.value, "__notes__", []))
     assert (tmp_path / "back/sub/b.txt").read_text() == "b"
     assert len(scratch(local)) == 1
+
+
+def test_upload_dir_refused_for_a_bad_tree_creates_nothing(local: LocalSandbox, tmp_path: Path) -> None:
+    tree = tmp_path / "hostile"
+    tree.mkdir()
+    (tree / "out").symlink_to("../../../etc")
+    with pytest.raises(errors.InvalidPathError):
+        local.upload_dir(tree, "new/target")
+    assert not (local.root_dir / "new").exists()
+    assert scratch(local) == []

@@ -124,11 +124,11 @@ def extract(args: Args, blobs: Blobs) -> Tuple[ExtractReply, Blobs]:
     archive = unb64(args["archive"])
     dest = path_arg(args)
     try:
-        os.makedirs(dest, exist_ok=True)
         root = os.path.realpath(os.fsdecode(dest))
         with tarfile.open(os.fsdecode(archive), mode="r:") as tar:
             members = tar.getmembers()
-            check_members(root, members)
+            check_members(root, members)  # before creating anything: a refused tree leaves nothing
+            os.makedirs(dest, exist_ok=True)
             directories = []
             for member in members:
                 member.mode &= 0o777  # no setuid, setgid or sticky bits
