@@ -86,3 +86,37 @@ def test_upload_dir_refused_for_a_bad_tree_creates_nothing(local: LocalSandbox, 
         local.upload_dir(tree, "new/target")
     assert not (local.root_dir / "new").exists()
     assert scratch(local) == []
+
+
+def a_tree(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    (tree / "sub" / "empty").mkdir(parents=True)
+    (tree / "sub" / "data.bin").write_bytes(bytes(range(256)) * 100)
+    (tree / "link").symlink_to("sub/data.bin")
+    return tree
+
+
+def test_upload_dir_asks_whether_a_lost_extract_landed(local: LocalSandbox, tmp_path: Path) -> None:
+    tree = a_tree(tmp_path)
+    clean = FaultySandbox(local, fault=Fault.LOST_REPLY, fail_at=None, **LIMITS)
+    clean.scratch_dir = local.scratch_dir
+    expected = clean.upload_dir(tree, "clean")
+    lost = FaultySandbox(local, fault=Fault.LOST_REPLY, fail_at=clean.executed, **LIMITS)
+    lost.scratch_dir = local.scratch_dir
+    assert lost.upload_dir(tree, "copy") == expected
+    assert lost.injected and lost.executed == clean.executed + 1
+    assert (local.root_dir / "copy/sub/data.bin").read_bytes() == (tree / "sub/data.bin").read_bytes()
+    assert scratch(local) == []
+
+
+def test_upload_dir_whose_extract_did_not_run_still_fails(local: LocalSandbox, tmp_path: Path) -> None:
+    tree = a_tree(tmp_path)
+    clean = FaultySandbox(local, fault=Fault.RAISE, fail_at=None, **LIMITS)
+    clean.scratch_dir = local.scratch_dir
+    clean.upload_dir(tree, "clean")
+    never = FaultySandbox(local, fault=Fault.RAISE, fail_at=clean.executed, **LIMITS)
+    never.scratch_dir = local.scratch_dir
+    with pytest.raises(errors.SandboxError):
+        never.upload_dir(tree, "copy")
+    assert not (local.root_dir / "copy").exists()
+    assert scratch(local) == []

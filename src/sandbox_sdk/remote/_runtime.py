@@ -25,6 +25,7 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import (
+        IO,
         Any,
         BinaryIO,
         Callable,
@@ -142,7 +143,7 @@ def sha256_hex(blocks: Iterable[bytes]) -> str:
     return digest.hexdigest()
 
 
-def file_sha256(f: BinaryIO) -> str:
+def file_sha256(f: IO[bytes]) -> str:
     """SHA-256 of what is left in ``f``, read a block at a time."""
     return sha256_hex(iter(lambda: f.read(HASH_BLOCK), b""))
 

@@ -13,12 +13,21 @@ from __future__ import annotations
 import os
 import tarfile
 
-from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, path_arg, remove_quietly, unb64
+from sandbox_sdk.remote._runtime import (
+    TYPE_CHECKING,
+    Fail,
+    file_sha256,
+    open_regular,
+    path_arg,
+    remove_quietly,
+    unb64,
+)
 
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Set, Tuple, TypedDict
 
     from sandbox_sdk.remote._runtime import Args, Blobs
+    from sandbox_sdk.remote.write import LandedReply
 
     class CreateReply(TypedDict):
         size: int  # of the archive
@@ -153,4 +162,31 @@ def extract_options() -> Dict[str, Any]:
     return {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
 
 
-OPS = {"create": create, "extract": extract}
+def extracted(args: Args, blobs: Blobs) -> Tuple[LandedReply, Blobs]:
+    """Whether an extract whose reply was lost did land: its archive is gone
+    and the target holds every member as the archive had it (``members``:
+    base64 name, kind, and a file's SHA-256 or a symlink's base64 target)."""
+    root = path_arg(args)
+    if os.path.lexists(unb64(args["archive"])):
+        return {"landed": False}, []
+    for name, kind, detail in args["members"]:
+        try:
+            if not member_landed(os.path.join(root, unb64(name)), kind, detail):
+                return {"landed": False}, []
+        except (OSError, Fail):
+            return {"landed": False}, []
+    return {"landed": True}, []
+
+
+def member_landed(path: bytes, kind: str, detail: str) -> bool:
+    if kind == "file":
+        with open_regular(path) as f:
+            return file_sha256(f) == detail
+    if kind == "dir":
+        return os.path.isdir(path) and not os.path.islink(path)
+    if kind == "symlink":
+        return os.readlink(path) == unb64(detail)
+    return os.path.lexists(path)
+
+
+OPS = {"create": create, "extract": extract, "extracted": extracted}

@@ -15,15 +15,15 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
-from sandbox_sdk import errors
-from sandbox_sdk._calls import CREATE_ARCHIVE, EXTRACT_ARCHIVE
-from sandbox_sdk._core import Operation, PathArg, SandboxCore, check_path, scratch_path
+from sandbox_sdk import errors, protocol
+from sandbox_sdk._calls import ARCHIVE_EXTRACTED, CREATE_ARCHIVE, EXTRACT_ARCHIVE
+from sandbox_sdk._core import CLEANUP_TIMEOUT, Operation, PathArg, SandboxCore, check_path, scratch_path
 from sandbox_sdk._kernel import can_clean_up
 from sandbox_sdk.remote import archive as remote_archive
-from sandbox_sdk.remote._runtime import Fail
+from sandbox_sdk.remote._runtime import Fail, file_sha256
 from sandbox_sdk.transfer._download import download
 from sandbox_sdk.transfer._sources import Progress, Tally
-from sandbox_sdk.transfer._staging import discard, remove_staged, stage
+from sandbox_sdk.transfer._staging import COMMIT_REFUSED, discard, remove_staged, stage
 
 #: Directory archives are spooled in memory up to this size, then to disk.
 SPOOL_BYTES = 8 * 1024 * 1024
@@ -41,7 +41,7 @@ def upload_dir(
         size = _pack(root, spool)
         try:
             yield from stage(sandbox, args["archive"], spool, tally=Tally(progress, size))
-            value, _ = yield from EXTRACT_ARCHIVE(args, what=f"upload_dir to {os.fsdecode(remote_dir)!r}")
+            return (yield from _extract(args, spool, what=f"upload_dir to {os.fsdecode(remote_dir)!r}"))
         except BaseException as exc:
             # The extract script removes the archive itself, but a call
             # that failed may never have run it, or lost the reply of
@@ -49,7 +49,52 @@ def upload_dir(
             if can_clean_up(exc):
                 yield from discard([args["archive"]])
             raise
+
+
+def _extract(args: dict[str, str], archive: IO[bytes], *, what: str) -> Operation[int]:
+    """Extract the staged ``archive``; returns its number of members. If the
+    reply is lost (not a refusal), ask whether the tree landed, as a staged
+    upload's commit does."""
+    try:
+        value, _ = yield from EXTRACT_ARCHIVE(args, what=what)
+    except errors.SandboxError as exc:
+        if isinstance(exc, COMMIT_REFUSED):
+            raise
+        members = _members(archive)
+        if not (yield from _extracted(args, members)):
+            raise
+        return len(members)
     return value["members"]
+
+
+def _members(archive: IO[bytes]) -> list[tuple[str, str, str]]:
+    """What the tree holds once ``archive`` is extracted: each member's
+    payload-encoded name, kind, and a file's SHA-256 or a link's target."""
+    archive.seek(0)
+    members = []
+    with tarfile.open(fileobj=archive, mode="r:") as tar:
+        for member in tar:
+            kind, detail = "other", ""
+            if member.isreg():
+                content = tar.extractfile(member)
+                assert content is not None  # a regular member has content
+                kind, detail = "file", file_sha256(content)
+            elif member.isdir():
+                kind = "dir"
+            elif member.issym():
+                kind, detail = "symlink", protocol.encode_path(member.linkname)
+            members.append((protocol.encode_path(member.name), kind, detail))
+    return members
+
+
+def _extracted(args: dict[str, str], members: list[tuple[str, str, str]]) -> Operation[bool]:
+    """Whether the extract of ``args`` landed; ``False`` if that cannot be told."""
+    try:
+        check = {**args, "members": members}
+        value, _ = yield from ARCHIVE_EXTRACTED(check, what="check an extract", timeout=CLEANUP_TIMEOUT)
+    except errors.SandboxError:
+        return False
+    return value["landed"] is True
 
 
 def _pack(root: Path, spool: IO[bytes]) -> int:
