@@ -30,7 +30,7 @@ from sandbox_sdk.protocol import Blob, LazyBlob
 if TYPE_CHECKING:
     from sandbox_sdk.remote._runtime import Empty, Entry
     from sandbox_sdk.remote.archive import CreateReply, ExtractReply
-    from sandbox_sdk.remote.edit import EditReply
+    from sandbox_sdk.remote.edit import EditedReply, EditReply
     from sandbox_sdk.remote.get import ChunkReply, GetManyReply
     from sandbox_sdk.remote.ls import LsReply
     from sandbox_sdk.remote.read import ReadReply
@@ -199,6 +199,7 @@ STAGE: Script[SizeReply] = Script("stage")
 LANDED: Script[LandedReply] = Script("landed")
 ABORT: Script[Empty] = Script("abort")
 EDIT: Script[EditReply] = Script("edit")
+EDITED: Script[EditedReply] = Script("edited")
 DELETE: Script[Empty] = Script("delete")
 MKDIR: Script[Empty] = Script("mkdir")
 GLOB: Script[GlobReply] = Script("glob")

@@ -28,6 +28,7 @@ from sandbox_sdk import errors, protocol
 from sandbox_sdk._calls import (
     DELETE,
     EDIT,
+    EDITED,
     GLOB,
     GREP,
     LS,
@@ -41,6 +42,7 @@ from sandbox_sdk._calls import (
     check_command,
 )
 from sandbox_sdk._core import (
+    CLEANUP_TIMEOUT,
     Operation,
     PathArg,
     SandboxCore,
@@ -69,7 +71,7 @@ from sandbox_sdk.transfer._batch import download_files, upload_files
 from sandbox_sdk.transfer._directories import download_dir, upload_dir
 from sandbox_sdk.transfer._download import download, download_to
 from sandbox_sdk.transfer._sources import Tally
-from sandbox_sdk.transfer._staging import discard, stage
+from sandbox_sdk.transfer._staging import COMMIT_REFUSED, discard, remove_staged, stage
 
 if TYPE_CHECKING:
     from sandbox_sdk.remote._runtime import Entry
@@ -187,12 +189,13 @@ class SandboxOperations(SandboxCore):
         what = f"edit {os.fsdecode(path)!r}"
         if self._fits("edit", {**args, "old": 0, "new": 1}, len(texts["old"]) + len(texts["new"]) + 4):
             value, _ = yield from EDIT({**args, "old": 0, "new": 1}, [texts["old"], texts["new"]], what=what)
-        else:  # too large for one command: both texts are staged first; the edit script consumes them
+            count = value["replacements"]
+        else:  # too large for one command: both texts are staged first
             staged = {key: scratch_path(self, key) for key in texts}
-            call = EDIT({**args, **staged}, what=what)
             files = {staged[key]: data for key, data in texts.items()}
-            value, _ = yield from _consuming(_staged_then(self, files, call), list(staged.values()))
-        return EditResult(path=os.fsdecode(path), replacements=value["replacements"])
+            edit = _staged_edit(self, {**args, **staged}, files, what=what)
+            count = yield from _consuming(edit, list(staged.values()))
+        return EditResult(path=os.fsdecode(path), replacements=count)
 
     # -- glob / grep -------------------------------------------------------------------
 
@@ -361,11 +364,42 @@ def _env_value(key: object, value: object) -> bytes:
     return raw
 
 
-def _staged_then(sandbox: SandboxCore, files: Mapping[str, bytes], call: Call[R]) -> Operation[R]:
-    """Stage each ``{payload path: data}``, then run ``call``."""
+#: Errors a staged edit reports when it refused, having changed nothing;
+#: after any other failure the client asks whether it committed.
+EDIT_REFUSED = (*COMMIT_REFUSED, errors.EditNoMatchError, errors.EditAmbiguousError, errors.NotTextFileError)
+
+
+def _staged_edit(
+    sandbox: SandboxCore, args: dict[str, Any], files: Mapping[str, bytes], *, what: str
+) -> Operation[int]:
+    """Stage both texts and edit; returns the replacements. After a lost
+    reply the client asks whether the edit committed, as a staged upload
+    does; for that a ``replace_all`` edit leaves its count in ``new``'s staged
+    file, removed here."""
     for path, data in files.items():
         yield from stage(sandbox, path, io.BytesIO(data))
-    return (yield from call)
+    try:
+        value, _ = yield from EDIT(args, what=what)
+        count = value["replacements"]
+    except errors.SandboxError as exc:
+        committed = None if isinstance(exc, EDIT_REFUSED) else (yield from _edited(args))
+        if committed is None:
+            raise
+        count = committed
+    if args["replace_all"]:
+        yield from remove_staged(args["new"], what=what)
+    return count
+
+
+def _edited(args: dict[str, Any]) -> Operation[int | None]:
+    """The replacements of a staged edit that committed; ``None`` if it did
+    not, or if that cannot be told."""
+    try:
+        check = {key: args[key] for key in ("old", "new", "replace_all")}
+        value, _ = yield from EDITED(check, what="check an edit", timeout=CLEANUP_TIMEOUT)
+    except errors.SandboxError:
+        return None
+    return value["replacements"]
 
 
 def _consuming(step: Call[R] | Operation[R], staged: Sequence[str]) -> Operation[R]:

@@ -120,3 +120,45 @@ def test_upload_dir_whose_extract_did_not_run_still_fails(local: LocalSandbox, t
         never.upload_dir(tree, "copy")
     assert not (local.root_dir / "copy").exists()
     assert scratch(local) == []
+
+
+BIG_OLD = "o" * 20_000
+BIG_NEW = "n" * 20_000
+
+
+def staged_edit(local: LocalSandbox, fault: Fault, fail_at: int | None) -> tuple[FaultySandbox, int]:
+    """A staged ``replace_all`` edit (texts over the command size) of a fresh file."""
+    local.write("edited.txt", f"{BIG_OLD}|{BIG_OLD}", overwrite=True)
+    sandbox = FaultySandbox(local, fault=fault, fail_at=fail_at, **LIMITS)
+    sandbox.scratch_dir = local.scratch_dir
+    return sandbox, sandbox.edit("edited.txt", BIG_OLD, BIG_NEW, replace_all=True).replacements
+
+
+@pytest.mark.parametrize("fault", [Fault.LOST_REPLY, Fault.RAISE], ids=lambda f: f.value)
+def test_a_staged_edit_asks_whether_its_lost_final_call_committed(local: LocalSandbox, fault: Fault) -> None:
+    clean, count = staged_edit(local, fault, None)
+    assert count == 2 and scratch(local) == []
+    edit_call = clean.executed - 1  # the last call removes the count the edit left
+    for fail_at in range(1, clean.executed + 1):
+        try:
+            sandbox, count = staged_edit(local, fault, fail_at)
+        except errors.SandboxError:
+            assert (fault, fail_at) != (Fault.LOST_REPLY, edit_call), "a committed edit reported failed"
+            assert local.read_bytes("edited.txt") == f"{BIG_OLD}|{BIG_OLD}".encode(), f"call {fail_at}"
+        else:
+            assert count == 2 and sandbox.injected
+            assert local.read_bytes("edited.txt") == f"{BIG_NEW}|{BIG_NEW}".encode(), f"call {fail_at}"
+        assert scratch(local) == [], f"call {fail_at}: {scratch(local)}"
+
+
+def test_a_staged_single_edit_whose_reply_was_lost_reports_its_one_replacement(local: LocalSandbox) -> None:
+    local.write("single.txt", f"{BIG_OLD}|tail")
+    clean = FaultySandbox(local, fault=Fault.LOST_REPLY, fail_at=None, **LIMITS)
+    clean.scratch_dir = local.scratch_dir
+    clean.edit("single.txt", BIG_OLD, BIG_NEW)
+    local.write("single.txt", f"{BIG_OLD}|tail", overwrite=True)
+    lost = FaultySandbox(local, fault=Fault.LOST_REPLY, fail_at=clean.executed, **LIMITS)
+    lost.scratch_dir = local.scratch_dir
+    assert lost.edit("single.txt", BIG_OLD, BIG_NEW).replacements == 1
+    assert local.read_bytes("single.txt") == f"{BIG_NEW}|tail".encode()
+    assert lost.injected and scratch(local) == []

@@ -19,27 +19,55 @@ from sandbox_sdk.remote._runtime import (
 )
 
 if TYPE_CHECKING:
-    from typing import Tuple, TypedDict
+    from typing import Optional, Tuple, TypedDict
 
     from sandbox_sdk.remote._runtime import Args, Blobs
 
     class EditReply(TypedDict):
         replacements: int
 
+    class EditedReply(TypedDict):
+        replacements: Optional[int]  # None: not committed, or cannot tell
+
 
 def staged_argument(spec: object, blobs: Blobs) -> bytes:
     """An argument sent inline as a blob index, or staged earlier into a file
-    (when it was too large for one command); a staged file is consumed."""
+    (when it was too large for one command); see :func:`mark_done`."""
     if isinstance(spec, int):
         return blobs[spec]
     if not isinstance(spec, str):
         raise Fail("INVALID_ARGUMENT", "malformed staged argument")
-    path = unb64(spec)
+    with open(unb64(spec), "rb") as f:
+        return f.read()
+
+
+def mark_done(args: Args, count: int) -> None:
+    """After a committed edit of staged texts: their files go, except that
+    with ``replace_all`` ``new``'s holds the count (which the client removes),
+    so a client whose reply was lost can ask (``edited``). A failed edit
+    leaves both to the client's clean-up, so ``old``'s file gone means
+    committed."""
+    if isinstance(args["new"], str):
+        if args["replace_all"]:
+            with open(unb64(args["new"]), "wb") as f:
+                f.write(b"%d" % count)
+        else:
+            remove_quietly(unb64(args["new"]))
+    if isinstance(args["old"], str):
+        remove_quietly(unb64(args["old"]))
+
+
+def edited(args: Args, blobs: Blobs) -> Tuple[EditedReply, Blobs]:
+    """Whether a staged edit whose reply was lost committed, and its count."""
+    if os.path.lexists(unb64(args["old"])):
+        return {"replacements": None}, []
+    if not args["replace_all"]:
+        return {"replacements": 1}, []
     try:
-        with open(path, "rb") as f:
-            return f.read()
-    finally:
-        remove_quietly(path)
+        with open(unb64(args["new"]), "rb") as f:
+            return {"replacements": int(f.read())}, []
+    except (OSError, ValueError):
+        return {"replacements": None}, []
 
 
 def edit(args: Args, blobs: Blobs) -> Tuple[EditReply, Blobs]:
@@ -73,7 +101,8 @@ def edit(args: Args, blobs: Blobs) -> Tuple[EditReply, Blobs]:
             remove_quietly(tmp)
             raise
         commit(tmp, dest, True)
+    mark_done(args, count)
     return {"replacements": count}, []
 
 
-OPS = {"edit": edit}
+OPS = {"edit": edit, "edited": edited}
