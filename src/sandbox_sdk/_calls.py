@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from sandbox_sdk.remote.ls import LsReply
     from sandbox_sdk.remote.read import ReadReply
     from sandbox_sdk.remote.search import GlobReply, GrepReply
-    from sandbox_sdk.remote.write import LandedReply, PutManyReply, SizeReply
+    from sandbox_sdk.remote.write import LandedReply, PutManyReply, SettledReply, SizeReply
 
 R = TypeVar("R")
 V = TypeVar("V")
@@ -195,6 +195,7 @@ READ_CHUNK: Script[ChunkReply] = Script("read_chunk")
 GET_MANY: Script[GetManyReply] = Script("get_many")
 WRITE: Script[SizeReply] = Script("write")
 PUT_MANY: Script[PutManyReply] = Script("put_many")
+SETTLE_MANY: Script[SettledReply] = Script("settle_many")
 STAGE: Script[SizeReply] = Script("stage")
 LANDED: Script[LandedReply] = Script("landed")
 ABORT: Script[Empty] = Script("abort")

@@ -162,3 +162,52 @@ def test_a_staged_single_edit_whose_reply_was_lost_reports_its_one_replacement(l
     assert lost.edit("single.txt", BIG_OLD, BIG_NEW).replacements == 1
     assert local.read_bytes("single.txt") == f"{BIG_NEW}|tail".encode()
     assert lost.injected and scratch(local) == []
+
+
+class CutShort(LimitedSandbox):
+    """Runs every command with a timeout of ``seconds``, as a provider whose
+    call timed out part-way: the command is killed wherever it was."""
+
+    def __init__(self, inner: LocalSandbox, seconds: float) -> None:
+        super().__init__(inner, max_command_bytes=inner.max_command_bytes, max_output_bytes=1 << 20)
+        self.seconds = seconds
+        self.cut = False
+
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        if self.cut:
+            return self._run(command, timeout)
+        self.cut = True
+        return self._run(command, self.seconds)
+
+
+def tiny_files(count: int) -> list[tuple[str, bytes]]:
+    return [(f"many/f{i:05}", b"%d" % i) for i in range(count)]
+
+
+def test_a_batch_killed_part_way_reports_exactly_what_landed(local: LocalSandbox) -> None:
+    files = tiny_files(3000)
+    sandbox = CutShort(local, seconds=0.5)
+    sandbox.scratch_dir = local.scratch_dir
+    results = sandbox.upload_files(files)
+    landed = {r.path for r in results if r.error is None}
+    for (path, data), result in zip(files, results, strict=True):
+        target = local.root_dir / path
+        if result.error is None:
+            assert target.read_bytes() == data
+        else:
+            assert not target.exists(), path
+    assert 0 < len(landed) < len(files), "the batch was not cut part-way: make it longer"
+    assert [p.name for p in (local.root_dir / "many").iterdir() if p.name.startswith(".sbx-")] == []
+
+
+def test_a_batch_whose_reply_was_lost_reports_every_item_landed(local: LocalSandbox) -> None:
+    sandbox = FaultySandbox(local, fault=Fault.LOST_REPLY, fail_at=1, **LIMITS)
+    results = sandbox.upload_files(tiny_files(20))
+    assert sandbox.injected and [r.error for r in results] == [None] * 20
+
+
+def test_a_batch_is_packed_by_the_files_its_timeout_leaves_time_to_write(local: LocalSandbox) -> None:
+    sandbox = LimitedSandbox(local, max_command_bytes=local.max_command_bytes, max_output_bytes=1 << 20)
+    sandbox.operation_timeout = 1.0
+    assert [r.error for r in sandbox.upload_files(tiny_files(100))] == [None] * 100
+    assert sandbox.executed == 4  # 25 files a command: 20 ms each against half the timeout

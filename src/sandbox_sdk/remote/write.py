@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     class LandedReply(TypedDict):
         landed: bool
 
+    class SettledReply(TypedDict):
+        landed: List[bool]  # per item of the put_many, in order
+
 
 def put(dest: bytes, data: bytes, overwrite: bool, token: str) -> None:
     dest = resolve_target(dest)
@@ -136,6 +139,28 @@ def landed(args: Args, blobs: Blobs) -> Tuple[LandedReply, Blobs]:
     return {"landed": True}, []
 
 
+def settle_many(args: Args, blobs: Blobs) -> Tuple[SettledReply, Blobs]:
+    """After a ``put_many`` whose reply was lost (or that was killed at its
+    timeout): remove the staging file of each item it left, and tell which
+    items landed (their staging file gone, the destination holding exactly
+    their bytes)."""
+    landed = []
+    for index, item in enumerate(args["items"]):
+        try:
+            dest = resolve_target(unb64(item["path"]))
+            tmp = temp_name(dest, "%s-%d" % (args["token"], index))
+            if os.path.lexists(tmp):
+                remove_quietly(tmp)
+                landed.append(False)
+                continue
+            verify(dest, item["size"], item["sha256"])
+        except Exception:  # noqa: BLE001 - whatever stands in the way, the item did not land
+            landed.append(False)
+        else:
+            landed.append(True)
+    return {"landed": landed}, []
+
+
 def abort(args: Args, blobs: Blobs) -> Tuple[Empty, Blobs]:
     """Remove a staging file left by a failed transfer (a no-op if it is gone)."""
     dest = resolve_target(path_arg(args))
@@ -143,4 +168,11 @@ def abort(args: Args, blobs: Blobs) -> Tuple[Empty, Blobs]:
     return {}, []
 
 
-OPS = {"write": write, "put_many": put_many, "stage": stage, "landed": landed, "abort": abort}
+OPS = {
+    "write": write,
+    "put_many": put_many,
+    "settle_many": settle_many,
+    "stage": stage,
+    "landed": landed,
+    "abort": abort,
+}

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from sandbox_sdk import errors, protocol
-from sandbox_sdk._calls import GET_MANY, PUT_MANY
-from sandbox_sdk._core import Operation, SandboxCore, check_path, new_token
+from sandbox_sdk._calls import GET_MANY, PUT_MANY, SETTLE_MANY
+from sandbox_sdk._core import CLEANUP_TIMEOUT, Operation, SandboxCore, check_path, new_token
 from sandbox_sdk.models import FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.transfer._download import download
 from sandbox_sdk.transfer._results import transfer_error
@@ -31,6 +31,10 @@ from sandbox_sdk.transfer._staging import stage
 
 #: One item of a ``put_many``: its index among the files, payload path and content.
 Packed = tuple[int, str, bytes]
+#: Each file a ``put_many`` writes is fsynced: this much time is allowed per
+#: file, against half the call's timeout, when packing (local disks take about
+#: a millisecond; a busy or networked one, tens).
+SECONDS_PER_FILE = 0.02
 
 
 def _cannot_read(exc: OSError) -> str:
@@ -38,21 +42,23 @@ def _cannot_read(exc: OSError) -> str:
 
 
 class _Packer:
-    """Collects small files for one ``put_many`` command within the budget."""
+    """Collects small files for one ``put_many`` command within the budget:
+    the command's bytes, and the files its timeout leaves time to write."""
 
-    def __init__(self, max_command_bytes: int) -> None:
+    def __init__(self, max_command_bytes: int, timeout: float) -> None:
         self.room = max_command_bytes - protocol.command_overhead("put_many", put_many_args([]))
+        self.max_items = max(1, int(timeout / 2 / SECONDS_PER_FILE))
         self.used = 0
         self.items: list[Packed] = []
 
     @staticmethod
     def cost(encoded: str, size: int) -> int:
-        # the item's JSON (path, blob index, SHA-256) in the header, base64
+        # the item's JSON (path, blob index, size, SHA-256) in the header, base64
         # again, plus the blob's own line
-        return (len(encoded) + 100) * 4 // 3 + 4 * ((size + 2) // 3) + 1
+        return (len(encoded) + 120) * 4 // 3 + 4 * ((size + 2) // 3) + 1
 
     def accepts(self, encoded: str, size: int) -> bool:
-        return self.used + self.cost(encoded, size) <= self.room
+        return len(self.items) < self.max_items and self.used + self.cost(encoded, size) <= self.room
 
     def add(self, index: int, encoded: str, data: bytes) -> None:
         self.used += self.cost(encoded, len(data))
@@ -68,7 +74,7 @@ def put_many_args(files: list[tuple[str, bytes]]) -> dict[str, Any]:
     return {
         "token": new_token(),
         "items": [
-            {"path": path, "blob": index, "sha256": hashlib.sha256(data).hexdigest()}
+            {"path": path, "blob": index, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
             for index, (path, data) in enumerate(files)
         ],
     }
@@ -81,7 +87,7 @@ class _Uploads:
     def __init__(self, sandbox: SandboxCore, files: Sequence[tuple[str, UploadSource]]) -> None:
         self.files = files
         self.results: list[FileUploadResponse | None] = [None] * len(files)
-        self.packer = _Packer(sandbox.max_command_bytes)
+        self.packer = _Packer(sandbox.max_command_bytes, sandbox.operation_timeout)
         self.tally = Tally(None)
 
     def open(self, index: int) -> OpenedUpload | None:
@@ -167,13 +173,27 @@ def _put_many(uploads: _Uploads) -> Operation[None]:
     try:
         value, _ = yield from PUT_MANY(args, [data for _, _, data in batch], what="upload")
     except errors.SandboxError as exc:
-        for index, _, _ in batch:
-            uploads.finish(index, exc)
+        landed = yield from _settle(args)
+        for (index, _, data), done in zip(batch, landed or [False] * len(batch), strict=True):
+            uploads.finish(index, None if done else exc)
+            if done:
+                uploads.tally.add(len(data))
         return
     for (index, _, data), item in zip(batch, value["items"], strict=True):
         error = item.get("error")
         uploads.finish(index, protocol.error_from(error, "upload") if error else None)
         uploads.tally.add(len(data))
+
+
+def _settle(args: dict[str, Any]) -> Operation[list[bool] | None]:
+    """After a failed ``put_many`` (its reply lost, or killed at its timeout
+    part-way): remove the staging files it left and learn which items landed;
+    ``None`` if that cannot be told."""
+    try:
+        value, _ = yield from SETTLE_MANY(args, what="check an upload", timeout=CLEANUP_TIMEOUT)
+    except errors.SandboxError:
+        return None
+    return value["landed"]
 
 
 class _Downloads:
