@@ -5,6 +5,7 @@ what landed."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -211,3 +212,13 @@ def test_a_batch_is_packed_by_the_files_its_timeout_leaves_time_to_write(local: 
     sandbox.operation_timeout = 1.0
     assert [r.error for r in sandbox.upload_files(tiny_files(100))] == [None] * 100
     assert sandbox.executed == 4  # 25 files a command: 20 ms each against half the timeout
+
+
+def test_a_local_source_not_a_regular_file_is_refused_alone(local: LocalSandbox, tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    results = local.upload_files([("from-fifo", str(fifo)), ("from-dir", str(tmp_path)), ("ok", b"ok")])
+    assert [r.path for r in results] == ["from-fifo", "from-dir", "ok"]
+    assert "not a regular file" in (results[0].error or "")
+    assert "is a directory" in (results[1].error or "")
+    assert results[2].error is None and not (local.root_dir / "from-fifo").exists()

@@ -3,8 +3,10 @@ object), read in chunks, and the bytes moved so far for a progress callback."""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, BinaryIO
@@ -36,7 +38,7 @@ def open_upload_source(data: UploadSource) -> OpenedUpload:
     if isinstance(data, bytes | bytearray | memoryview):
         return OpenedUpload(io.BytesIO(bytes(data)), len(data), True)
     if isinstance(data, str | os.PathLike):
-        stream = open(data, "rb")  # noqa: SIM115 - closed by OpenedUpload.close
+        stream = _open_regular(data)
         return OpenedUpload(stream, os.fstat(stream.fileno()).st_size, True)
     if hasattr(data, "read"):
         size = None
@@ -46,6 +48,21 @@ def open_upload_source(data: UploadSource) -> OpenedUpload:
             data.seek(here)
         return OpenedUpload(data, size, False)
     raise errors.InvalidArgumentError(f"cannot upload a {type(data).__name__}: pass bytes, a path or a file")
+
+
+def _open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """A local regular file, opened to read. Opened without blocking, so a
+    FIFO (which would wait for a writer forever) or a device is refused with
+    an ``OSError`` instead of stalling the transfer."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", os.fspath(path))
+        raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def read_chunks(stream: IO[bytes], size: int) -> Iterator[tuple[bytes, bool]]:
