@@ -23,6 +23,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -58,6 +59,14 @@ SETUP_TIMEOUT = 600.0
 
 SandboxT = TypeVar("SandboxT", bound=BaseSandbox)
 
+logger = logging.getLogger(__name__)
+
+
+class DamagedRecordError(errors.SandboxNotFoundError):
+    """A sandbox whose ``meta.json`` cannot be read as a record (truncated,
+    say): that sandbox alone cannot be used. ``list`` skips it (logging a
+    warning), ``get`` raises this, and ``reap`` removes it."""
+
 
 def default_state_dir(provider_name: str) -> Path:
     """``$SANDBOX_SDK_HOME/<provider>``, else ``~/.sandbox-sdk/<provider>``."""
@@ -80,9 +89,10 @@ class SandboxRecord(BaseModel):
 
 
 def mark_used(sandbox_dir: Path) -> None:
-    """Record a use now (the idle clock restarts); a deleted sandbox is ignored."""
+    """Record a use now (the idle clock restarts; a missing usage file is
+    made again); a deleted sandbox is ignored."""
     with contextlib.suppress(FileNotFoundError):
-        os.utime(sandbox_dir / USAGE_FILE)
+        (sandbox_dir / USAGE_FILE).touch()
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -162,7 +172,12 @@ class SandboxStore:
             data = path.read_bytes()
         except FileNotFoundError:
             raise errors.SandboxNotFoundError(f"no {self.provider_name} sandbox {sandbox_id!r}") from None
-        record = SandboxRecord.model_validate_json(data)
+        try:
+            record = SandboxRecord.model_validate_json(data)
+        except ValueError as exc:  # pydantic's ValidationError, for any damage
+            raise DamagedRecordError(
+                f"{self.provider_name} sandbox {sandbox_id!r} has a damaged {META_FILE}: {exc}"
+            ) from None
         if record.provider != self.provider_name:
             raise errors.SandboxNotFoundError(
                 f"sandbox {sandbox_id!r} belongs to the {record.provider!r} provider"
@@ -170,11 +185,13 @@ class SandboxStore:
         return record
 
     def last_used(self, sandbox_id: str) -> datetime:
-        try:
-            mtime = (self.directory(sandbox_id) / USAGE_FILE).stat().st_mtime
-        except FileNotFoundError:
-            raise errors.SandboxNotFoundError(f"no {self.provider_name} sandbox {sandbox_id!r}") from None
-        return datetime.fromtimestamp(mtime, UTC)
+        """The usage file's mtime; without one (lost), the record's, so
+        ``list`` and ``get`` agree that the sandbox is there."""
+        directory = self.directory(sandbox_id)
+        for name in (USAGE_FILE, META_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                return datetime.fromtimestamp((directory / name).stat().st_mtime, UTC)
+        raise errors.SandboxNotFoundError(f"no {self.provider_name} sandbox {sandbox_id!r}")
 
     def expiry(self, record: SandboxRecord) -> datetime | None:
         """When the sandbox expires (the earlier of TTL and idle timeout), if ever."""
@@ -208,6 +225,9 @@ class SandboxStore:
         for position in range(start, len(ids)):
             try:
                 record = self.load(ids[position])
+            except DamagedRecordError as exc:
+                logger.warning("skipping a sandbox: %s", exc)
+                continue
             except errors.SandboxNotFoundError:
                 continue  # deleted meanwhile, or another provider's
             if labels_match(record.labels, labels):
@@ -216,6 +236,28 @@ class SandboxStore:
                     more = position + 1 < len(ids)
                     return found, record.id if more else None
         return found, None
+
+    @contextlib.contextmanager
+    def locked(self, sandbox_id: str, *, exclusive: bool) -> Iterator[Path]:
+        """The sandbox's directory, flocked: shared by ``get``, exclusive by
+        ``reap``, so a sandbox is never reaped between a ``get`` finding it
+        unexpired and marking it used."""
+        path = self.directory(sandbox_id)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            raise errors.SandboxNotFoundError(f"no {self.provider_name} sandbox {sandbox_id!r}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            try:
+                still_there = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:
+                still_there = False
+            if not still_there:  # deleted (renamed away) while we waited
+                raise errors.SandboxNotFoundError(f"no {self.provider_name} sandbox {sandbox_id!r}")
+            yield path
+        finally:
+            os.close(fd)  # releases the lock
 
     def remove(self, sandbox_id: str) -> None:
         """Idempotent: rename the directory away (atomic), then delete it."""
@@ -330,11 +372,11 @@ class HostStateProvider(SandboxProvider[SandboxT]):
         return ttl, idle_timeout, setup
 
     def get(self, sandbox_id: str) -> SandboxT:
-        record = self.store.load(sandbox_id)
-        if self.store.is_expired(record):
-            raise errors.SandboxNotFoundError(f"sandbox {sandbox_id} has expired")
-        directory = self.store.directory(sandbox_id)
-        mark_used(directory)
+        with self.store.locked(sandbox_id, exclusive=False) as directory:
+            record = self.store.load(sandbox_id)
+            if self.store.is_expired(record):
+                raise errors.SandboxNotFoundError(f"sandbox {sandbox_id} has expired")
+            mark_used(directory)
         return self._open(record, directory)
 
     def _info(self, record: SandboxRecord) -> SandboxInfo:
@@ -383,19 +425,27 @@ class HostStateProvider(SandboxProvider[SandboxT]):
         return self.store.label_lock(labels)
 
     def reap(self) -> builtins.list[str]:
-        """Delete every expired sandbox; returns their ids."""
-        reaped = []
+        """Delete every expired sandbox, and every one whose record is
+        damaged (logged); returns their ids."""
         now = time.time()
-        for sandbox_id in self.store.ids():
-            try:
-                record = self.store.load(sandbox_id)
-                expired = self.store.is_expired(record, now)
-            except errors.SandboxNotFoundError:
-                continue
-            if expired:
+        return [sandbox_id for sandbox_id in self.store.ids() if self._reap_one(sandbox_id, now)]
+
+    def _reap_one(self, sandbox_id: str, now: float) -> bool:
+        """Remove the sandbox if it is expired or damaged, locked against a
+        ``get`` that would use it; whether it was removed."""
+        try:
+            with self.store.locked(sandbox_id, exclusive=True):
+                try:
+                    record = self.store.load(sandbox_id)
+                except DamagedRecordError as exc:
+                    logger.warning("reaping a sandbox: %s", exc)
+                else:
+                    if not self.store.is_expired(record, now):
+                        return False
                 self.store.remove(sandbox_id)
-                reaped.append(sandbox_id)
-        return reaped
+                return True
+        except errors.SandboxNotFoundError:
+            return False
 
     async def areap(self) -> builtins.list[str]:
         """Async twin of :meth:`reap` (file-system work, in a worker thread)."""
