@@ -6,6 +6,7 @@ what landed."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,26 @@ def test_a_local_source_not_a_regular_file_is_refused_alone(local: LocalSandbox,
     assert "not a regular file" in (results[0].error or "")
     assert "is a directory" in (results[1].error or "")
     assert results[2].error is None and not (local.root_dir / "from-fifo").exists()
+
+
+def plant(directory: Path, name: str, age: float) -> Path:
+    path = directory / name
+    path.write_bytes(b"left behind")
+    os.utime(path, (time.time() - age, time.time() - age))
+    return path
+
+
+@pytest.mark.usefixtures("tree")
+def test_transfers_sweep_staging_files_older_than_a_day(local: LocalSandbox, tmp_path: Path) -> None:
+    day = 24 * 3600
+    scratch_dir, dest_dir = Path(local.scratch_dir), local.root_dir / "tree"
+    stale = [plant(scratch_dir, ".sbx-download-x.tar", day + 60), plant(dest_dir, ".sbx-x.tmp", day + 60)]
+    fresh = [plant(scratch_dir, ".sbx-upload-y.tar", 60), plant(dest_dir, ".sbx-y.tmp", 60)]
+    kept = plant(dest_dir, ".sbx", day + 60)  # not a staging name
+    (scratch_dir / ".sbx-locks-0").mkdir()
+    small = LimitedSandbox(local, **LIMITS)
+    small.scratch_dir = local.scratch_dir
+    small.download_dir("tree", tmp_path / "back")  # the archive's directory
+    small.write("tree/big.bin", os.urandom(40_000))  # staged: the destination's directory
+    assert [path.exists() for path in stale] == [False, False]
+    assert [path.exists() for path in [*fresh, kept, scratch_dir / ".sbx-locks-0"]] == [True] * 4

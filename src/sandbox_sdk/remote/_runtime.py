@@ -99,6 +99,8 @@ ERRNO_CODES = {
 
 FRAME_MARKER = "@@SANDBOX_SDK"
 NAME_MAX = 255
+#: Age after which a transfer's leftover ``.sbx-*`` file is swept (see sweep_stale).
+STALE_SECONDS = 24 * 3600
 #: Where a user's lock files for unreadable directories live (see DirLock).
 LOCK_DIR = b"/tmp/.sbx-locks-%d"
 HASH_BLOCK = 1 << 20
@@ -308,6 +310,27 @@ def sync_dir(path: bytes) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def sweep_stale(directory: bytes, now: float) -> None:
+    """Remove the ``.sbx-*`` files in ``directory`` older than a day: staging
+    files and archives that transfers interrupted past their clean-up left
+    (directories, such as ``DirLock``'s, are kept). ``now`` is the mtime of
+    the file the caller just made there (no ``time`` import for it)."""
+    cutoff = now - STALE_SECONDS
+    try:
+        with os.scandir(directory or b".") as entries:
+            stale = [
+                e.path
+                for e in entries
+                if e.name.startswith(b".sbx-")
+                and e.is_file(follow_symlinks=False)
+                and e.stat(follow_symlinks=False).st_mtime < cutoff
+            ]
+    except OSError:
+        return  # best effort: never a reason for the transfer to fail
+    for path in stale:
+        remove_quietly(path)
 
 
 def remove_quietly(path: bytes) -> None:

@@ -20,6 +20,7 @@ from sandbox_sdk.remote._runtime import (
     open_regular,
     path_arg,
     remove_quietly,
+    sweep_stale,
     unb64,
 )
 
@@ -43,6 +44,7 @@ def create(args: Args, blobs: Blobs) -> Tuple[CreateReply, Blobs]:
         os.stat(root)
         raise Fail("NOT_DIRECTORY", "not a directory", root)
     fd = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    sweep_stale(os.path.dirname(archive), os.fstat(fd).st_mtime)
     # The archive may lie inside the tree (say, a download of /tmp): never pack it into itself.
     own_name = os.fsdecode(os.path.relpath(os.path.realpath(archive), os.path.realpath(root)))
 

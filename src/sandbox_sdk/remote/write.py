@@ -21,6 +21,7 @@ from sandbox_sdk.remote._runtime import (
     remove_quietly,
     resolve_target,
     sha256_hex,
+    sweep_stale,
     temp_name,
     unb64,
     write_new,
@@ -101,6 +102,8 @@ def stage(args: Args, blobs: Blobs) -> Tuple[SizeReply, Blobs]:
             flags = os.O_WRONLY
         fd = os.open(tmp, flags | os.O_CLOEXEC, 0o666)
         try:
+            if offset == 0:
+                sweep_stale(os.path.dirname(tmp), os.fstat(fd).st_mtime)
             os.pwrite(fd, blobs[0], offset)
             if final:
                 os.fsync(fd)
