@@ -44,8 +44,8 @@ def test_a_sandbox_without_its_usage_file_is_listed_as_get_finds_it(provider: Lo
 
 
 def test_reap_waits_for_a_get_and_sees_its_use(provider: LocalProvider) -> None:
-    sandbox = provider.create(idle_timeout=0.2)
-    time.sleep(0.3)  # idle: expired, until a use
+    sandbox = provider.create(idle_timeout=1.0)  # a second's slack for the reaper's re-check
+    time.sleep(1.05)  # idle: expired, until a use
     reaped: list[str] = []
     with provider.store.locked(sandbox.id, exclusive=False) as directory:  # what get holds
         reaper = threading.Thread(target=lambda: reaped.extend(provider.reap()))
