@@ -130,33 +130,34 @@ def verify(path: bytes, size: int, sha256: str) -> None:
 
 
 def landed(args: Args, blobs: Blobs) -> Tuple[LandedReply, Blobs]:
-    """Whether a staged upload whose final reply was lost did commit: its
-    staging file is gone and the destination holds exactly the staged bytes."""
+    """Whether a staged upload whose final reply was lost did commit: the
+    destination holds exactly the staged bytes."""
     dest = resolve_target(path_arg(args))
-    if os.path.lexists(temp_name(dest, args["token"])):
-        return {"landed": False}, []
     try:
         verify(dest, args["size"], args["sha256"])
     except (OSError, Fail):
         return {"landed": False}, []
+    # A commit cut short between linking a new file in and removing the
+    # staging name landed too: the name goes now.
+    remove_quietly(temp_name(dest, args["token"]))
     return {"landed": True}, []
 
 
 def settle_many(args: Args, blobs: Blobs) -> Tuple[SettledReply, Blobs]:
     """After a ``put_many`` whose reply was lost (or that was killed at its
     timeout): remove the staging file of each item it left, and tell which
-    items landed (their staging file gone, the destination holding exactly
-    their bytes)."""
+    items landed (the destination holding exactly their bytes)."""
     landed = []
     for index, item in enumerate(args["items"]):
         try:
             dest = resolve_target(unb64(item["path"]))
-            tmp = temp_name(dest, "%s-%d" % (args["token"], index))
-            if os.path.lexists(tmp):
-                remove_quietly(tmp)
-                landed.append(False)
-                continue
-            verify(dest, item["size"], item["sha256"])
+            # Under the lock put_many held: a killed put_many may still be
+            # finishing the one call it was in (a rename, say) as it dies.
+            with DirLock(dest):
+                # Left by a kill before its commit, or between linking a new
+                # file in and removing the name: the destination tells which.
+                remove_quietly(temp_name(dest, "%s-%d" % (args["token"], index)))
+                verify(dest, item["size"], item["sha256"])
         except Exception:  # noqa: BLE001 - whatever stands in the way, the item did not land
             landed.append(False)
         else:
