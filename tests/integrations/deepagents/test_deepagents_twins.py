@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("deepagents", reason="the deepagents extra is not installed")
 
-from sandbox_sdk.integrations.deepagents import DeepAgentsBackend  # noqa: E402
-from tests.test_twins import public_methods, twin_problems  # noqa: E402
+from sandbox_sdk.integrations.deepagents import DeepAgentsBackend
+from tests.test_twins import public_methods, twin_problems
 
 
 def test_every_public_method_has_an_async_twin_with_the_same_parameters() -> None:
