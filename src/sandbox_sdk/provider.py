@@ -18,7 +18,8 @@ import contextlib
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterator, Mapping
 from importlib.metadata import entry_points
-from typing import Any, ClassVar
+from types import TracebackType
+from typing import Any, ClassVar, Self
 
 import anyio.to_thread
 
@@ -83,6 +84,33 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
         processes, so concurrent callers get the same sandbox. It may block:
         the async twins enter it in a worker thread."""
         return contextlib.nullcontext()
+
+    # -- clients: released by close(), also on leaving ``with provider:`` ------------------
+
+    def close(self) -> None:
+        """Release the provider's clients (connections, sessions); idempotent. Its
+        sandboxes keep running, but handles from this provider may stop working.
+        The default has nothing to release."""
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`; providers with async clients close them here."""
+        self.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
     # -- async primitives: worker threads unless a provider has a native async client ----
 

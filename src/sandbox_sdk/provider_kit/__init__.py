@@ -15,6 +15,9 @@ and :class:`~sandbox_sdk.SandboxProvider`; the shipped providers use the same.
 - Native transfers: :func:`transfer_error` (the per-file error codes),
   :func:`open_upload_source`, :func:`upload_result` / :func:`download_result`
   and :func:`new_token` for staging names.
+- One lifetime model (``ttl``, ``idle_timeout`` in seconds): :class:`Lifetime`
+  checks them against a platform's maxima, :class:`KeepAlive` paces the
+  lifetime extensions of platforms whose deadline use does not move.
 - Sandboxes kept as directories on this machine: :class:`HostStateProvider`
   (ids, labels, ttl and idle timeouts, locking, reaping), as ``local`` and
   ``bwrap`` use it.
@@ -30,6 +33,7 @@ from sandbox_sdk.provider_kit.host_process import (
     run_process,
 )
 from sandbox_sdk.provider_kit.host_state import WORKSPACE_DIR, HostStateProvider, SandboxRecord, mark_used
+from sandbox_sdk.provider_kit.lifetime import DEFAULT_IDLE_TIMEOUT, KeepAlive, Lifetime, check_seconds
 from sandbox_sdk.transfer import (
     TRANSFER_ERROR_CODES,
     OpenedUpload,
@@ -43,11 +47,14 @@ from sandbox_sdk.transfer import (
 
 __all__ = [
     "ARGV_COMMAND_BYTES",
+    "DEFAULT_IDLE_TIMEOUT",
     "LARGE_COMMAND_BYTES",
     "TIMEOUT_EXIT_CODE",
     "TRANSFER_ERROR_CODES",
     "WORKSPACE_DIR",
     "HostStateProvider",
+    "KeepAlive",
+    "Lifetime",
     "NativeRequest",
     "OpenedUpload",
     "Operation",
@@ -58,6 +65,7 @@ __all__ = [
     "UploadSource",
     "bash_script",
     "check_path",
+    "check_seconds",
     "download_result",
     "kill_group",
     "mark_used",

@@ -44,6 +44,7 @@ from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import SandboxInfo, SandboxPage
 from sandbox_sdk.provider import SandboxProvider, labels_match
+from sandbox_sdk.provider_kit.lifetime import check_seconds
 
 #: Environment variable naming the directory under which providers keep state.
 HOME_ENV = "SANDBOX_SDK_HOME"
@@ -282,14 +283,6 @@ class SandboxStore:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def check_seconds(name: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise errors.InvalidArgumentError(f"{name} must be a positive number of seconds, not {value!r}")
-    return float(value)
 
 
 def run_setup(sandbox: BaseSandbox, setup: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import ssl
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any
 
 import anyio.to_thread
@@ -92,14 +91,6 @@ class RemoteProvider(SandboxProvider[RemoteSandbox]):
     async def aclose(self) -> None:
         """Async twin of :meth:`close` (it waits for the connection's own loop thread)."""
         await anyio.to_thread.run_sync(self.close)
-
-    def __enter__(self) -> RemoteProvider:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.close()
 
     # -- requests ----------------------------------------------------------------------
 
