@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Mapping
 from contextlib import AbstractContextManager
@@ -31,6 +32,8 @@ T = TypeVar("T")
 
 #: Sandboxes per ``list`` call when ``get_or_create`` looks for one by labels.
 LOOKUP_PAGE_SIZE = 100
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -195,4 +198,11 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
                     return (yield from self._get_live(info.id))
                 except errors.SandboxNotFoundError:
                     continue  # deleted or dead since it was listed
+        # A sandbox that expired may have left no trace to look up (E2B's do not):
+        # say so rather than hand out a new, empty one silently.
+        logger.info(
+            "get_or_create: no live sandbox carries labels %s, creating a new sandbox"
+            " (one with these labels that expired or was deleted is not brought back)",
+            wanted,
+        )
         return (yield from self._op_create(labels=labels, **options))

@@ -8,15 +8,27 @@ Control plane (REST, ``X-API-KEY`` checked, errors as ``{"code", "message"}``):
 - ``POST /v2/sandboxes``: create; ``templateID``, ``timeout`` (seconds, default
   15 as in the real API), ``metadata`` and ``envVars`` are honoured.
 - ``POST /v2/sandboxes/{id}/connect``: 200 for a running sandbox, extending its
-  end time when the new timeout is longer; 404 when it does not exist.
+  end time when the new timeout is longer (never shortening it: the SDK's
+  ``Sandbox.connect`` docstring, e2b/sandbox_sync/main.py:279); 404 when it does
+  not exist.
 - ``GET /v2/sandboxes``: list by start time (``order`` asc or desc) with the
   ``metadata`` filter (the SDK's doubly-encoded query), ``state``, ``limit`` and
   ``nextToken``; the next page's token comes back in ``x-next-token``.
 - ``GET /sandboxes/{id}``: details; ``DELETE /sandboxes/{id}``: kill (204, or 404);
-  ``POST /sandboxes/{id}/timeout``: set the time to live.
+  ``POST /sandboxes/{id}/timeout``: set the time to live, longer or shorter
+  ("can extend or reduce", ``Sandbox.set_timeout``'s docstring,
+  e2b/sandbox_sync/main.py:574; the API calls ``KeepAliveFor`` with
+  ``allowShorter`` true, e2b-dev/infra packages/api/internal/handlers/sandbox_timeout.go).
 
-A sandbox whose time to live has passed is killed, as the real service does:
-its processes get SIGKILL and its directory is removed.
+Lifetimes as the service keeps them: a sandbox is killed at its end time, used
+or not (only connect and set_timeout move it), when a timer fires: its
+processes get SIGKILL, its directory is removed, and it is gone from every
+route. ``max_lifetime`` is the team's maximum uptime (24 hours on Pro): a
+create or connect ``timeout`` over it is a 400 "Timeout cannot be greater than
+N hours" (packages/api/internal/handlers/sandbox_create.go and
+sandbox_connect.go), and set_timeout never moves the end past start plus that
+maximum, answering 400 once the uptime is past it (``getMaxAllowedTTL`` and
+``errMaxInstanceLengthExceeded`` in packages/api/internal/orchestrator/keep_alive.go).
 
 Sandbox daemon (envd), chosen by the ``E2b-Sandbox-Id`` header and guarded by
 ``X-Access-Token``; an unknown or dead sandbox gets the proxy's 502 "was not
@@ -35,11 +47,20 @@ Commands run for real: ``Start`` spawns the requested argv (the SDK sends
 ``/bin/bash -l -c <cmd>``) with envd's environment
 (``PATH``, ``HOME``, ``USER``, ``LOGNAME``, the sandbox's ``envVars``, then the
 request's ``envs``), in ``cwd`` (INVALID_ARGUMENT when it does not exist), stdin
-on ``/dev/null`` unless asked for. Like envd (Go's ``exec.CommandContext``),
-the command stays in the daemon's process group and the ``Connect-Timeout-Ms``
-deadline and ``SendSignal`` reach the command's own process only, not what it
-started; a client that goes away does not kill the command. An exit by
-signal reports exit code -1, as Go's ``ProcessState.ExitCode`` does.
+on ``/dev/null`` unless asked for. Like envd, the command stays in the daemon's
+process group: envd's ``SysProcAttr`` sets credentials and a cgroup, no
+``Setsid`` or ``Setpgid`` (e2b-dev/infra
+packages/envd/internal/services/process/handler/handler.go, ``New``). The
+``Connect-Timeout-Ms`` deadline and ``SendSignal`` reach the command's own
+process only, not what it started (Go's ``exec.CommandContext`` kills
+``cmd.Process``; ``Handler.SendSignal`` signals ``p.cmd.Process``), and a
+client that goes away does not kill the command ("We do not want the command
+to be killed if the request context is cancelled":
+packages/envd/internal/services/process/start.go, ``handleStart``). The end
+event is Go's: exit code -1 after a signal, with ``ProcessState.String()``
+(``signal: killed``) as its status and error (``Handler.Wait``).
+``commands_lead_group`` makes each command lead a process group of its own,
+which envd does not do: it tests that the provider is right either way.
 
 Error messages carry Go's errno texts (``open /a: permission denied``), and
 renaming onto a directory fails with "file exists", as Go's ``os.Rename`` does.
@@ -97,6 +118,8 @@ ASGIApp = Callable[
 
 ENVD_VERSION = "0.6.4"
 DEFAULT_TIMEOUT_SECONDS = 15
+#: E2B Pro's maximum sandbox uptime (the SDK's ``Sandbox.create`` docstring).
+MAX_LIFETIME_SECONDS = 86_400
 DEFAULT_PAGE_LIMIT = 100
 CHUNK_SIZE = 32 * 1024
 PROCESS_ROUTE = "/process.Process/"
@@ -164,9 +187,11 @@ class InjectedError:
 class FakeE2BServer:
     """The fake service: state, the ASGI app, and a uvicorn server on an ephemeral loopback port."""
 
-    def __init__(self, *, api_key: str, base_dir: Path) -> None:
+    def __init__(self, *, api_key: str, base_dir: Path, max_lifetime: int = MAX_LIFETIME_SECONDS) -> None:
         self.api_key = api_key
         self.base_dir = base_dir
+        self.max_lifetime = max_lifetime
+        self.commands_lead_group = False
         self.sandboxes: dict[str, FakeSandbox] = {}
         self.requests: list[tuple[str, str]] = []
         self._injected: list[InjectedError] = []
@@ -246,6 +271,19 @@ class FakeE2BServer:
     def _live(self, sandbox_id: str) -> FakeSandbox | None:
         self._reap_expired()
         return self.sandboxes.get(sandbox_id)
+
+    def _set_end(self, sandbox: FakeSandbox, end_at: dt.datetime) -> None:
+        """Move the sandbox's end and arm a timer that kills it then (a stale timer
+        finds it alive with a later end and does nothing)."""
+        sandbox.end_at = end_at
+        delay = (end_at - dt.datetime.now(dt.UTC)).total_seconds()
+        asyncio.get_running_loop().call_later(max(delay, 0) + 0.01, self._reap_expired)
+
+    def _over_maximum(self, body: dict[str, Any]) -> Response | None:
+        """The API's answer to a create or connect timeout over the team's maximum uptime."""
+        if "timeout" in body and int(body["timeout"]) > self.max_lifetime:
+            return _error(400, f"Timeout cannot be greater than {self.max_lifetime // 3600} hours")
+        return None
 
     # -- app -----------------------------------------------------------
 
@@ -343,6 +381,8 @@ class FakeE2BServer:
         if (refusal := self._api_refusal(request)) is not None:
             return refusal
         body = await request.json()
+        if (refusal := self._over_maximum(body)) is not None:
+            return refusal
         timeout = int(body.get("timeout", DEFAULT_TIMEOUT_SECONDS))
         sandbox_id = "i" + secrets.token_hex(10)
         home = Path(tempfile.mkdtemp(prefix=f"{sandbox_id}-", dir=self.base_dir))
@@ -354,9 +394,10 @@ class FakeE2BServer:
             metadata=dict(body.get("metadata") or {}),
             env_vars=dict(body.get("envVars") or {}),
             started_at=now,
-            end_at=now + dt.timedelta(seconds=timeout),
+            end_at=now,
             access_token=secrets.token_hex(16),
         )
+        self._set_end(sandbox, now + dt.timedelta(seconds=timeout))
         self.sandboxes[sandbox_id] = sandbox
         return JSONResponse(self._sandbox_json(sandbox), status_code=201)
 
@@ -367,9 +408,11 @@ class FakeE2BServer:
         if sandbox is None:
             return _error(404, f'sandbox "{request.path_params["sandbox_id"]}" doesn\'t exist')
         body = await request.json()
+        if (refusal := self._over_maximum(body)) is not None:
+            return refusal
         if "timeout" in body:
             wanted = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=int(body["timeout"]))
-            sandbox.end_at = max(sandbox.end_at, wanted)
+            self._set_end(sandbox, max(sandbox.end_at, wanted))
         return JSONResponse(self._sandbox_json(sandbox), status_code=200)
 
     async def _list(self, request: Request) -> Response:
@@ -431,7 +474,11 @@ class FakeE2BServer:
         if sandbox is None:
             return _error(404, f'sandbox "{request.path_params["sandbox_id"]}" doesn\'t exist')
         body = await request.json()
-        sandbox.end_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=int(body["timeout"]))
+        now = dt.datetime.now(dt.UTC)
+        last = sandbox.started_at + dt.timedelta(seconds=self.max_lifetime)
+        if now > last:
+            return _error(400, "Max instance length exceeded")
+        self._set_end(sandbox, min(now + dt.timedelta(seconds=max(int(body["timeout"]), 0)), last))
         return Response(status_code=204)
 
     # -- envd HTTP handlers --------------------------------------------
@@ -544,12 +591,12 @@ def _sandbox_of(fake: FakeE2BServer, ctx: RequestContext[Any, Any]) -> FakeSandb
 
 
 def _end_event(returncode: int) -> process_pb.ProcessEvent.EndEvent:
-    """envd's end event: Go's exit code (-1 after a signal), status and error strings."""
+    """envd's end event: Go's exit code (-1 after a signal), status and error strings.
+    Go names a signal as the C library's ``strsignal`` does, lower-cased
+    ("killed", "terminated", "segmentation fault": go/src/syscall/zerrors_linux_amd64.go)."""
     if returncode < 0:
-        name = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated"}.get(
-            signal.Signals(-returncode), signal.Signals(-returncode).name.lower()
-        )
-        text = f"signal: {name}"
+        description = signal.strsignal(-returncode) or f"Signal {-returncode}"
+        text = f"signal: {description[0].lower()}{description[1:]}"
         return process_pb.ProcessEvent.EndEvent(exit_code=-1, exited=False, status=text, error=text)
     text = f"exit status {returncode}"
     return process_pb.ProcessEvent.EndEvent(
@@ -603,6 +650,7 @@ class _ProcessService(process_connect.Process):
                 stdin=asyncio.subprocess.PIPE if request.stdin else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
+                process_group=0 if self._fake.commands_lead_group else None,
             )
         except OSError as exc:
             raise ConnectError(Code.INVALID_ARGUMENT, f"error starting process: {exc}") from exc

@@ -37,7 +37,7 @@ class TestLiveE2BSandbox(SandboxConformanceTests):
     @classmethod
     def sandbox(cls) -> Iterator[E2BSandbox]:
         provider = E2BProvider()
-        sandbox = provider.create(labels=live_labels(), timeout=LIVE_TTL)
+        sandbox = provider.create(labels=live_labels(), ttl=LIVE_TTL)
         yield sandbox
         provider.delete(sandbox_id=sandbox.id)
 
@@ -45,7 +45,7 @@ class TestLiveE2BSandbox(SandboxConformanceTests):
 def test_live_lifecycle_and_transfers() -> None:
     provider = E2BProvider()
     labels = live_labels()
-    sandbox = provider.create(labels=labels, timeout=LIVE_TTL)
+    sandbox = provider.create(labels=labels, ttl=LIVE_TTL)
     try:
         assert [info.id for info in provider.iter_sandboxes(labels=labels)] == [sandbox.id]
         uploaded = sandbox.upload_files([("live/a.bin", bytes(range(256))), ("/", b"x")])
@@ -65,7 +65,7 @@ def test_live_lifecycle_and_transfers() -> None:
 
 async def test_live_async_twins() -> None:
     provider = E2BProvider()
-    sandbox = await provider.acreate(labels=live_labels(), timeout=LIVE_TTL)
+    sandbox = await provider.acreate(labels=live_labels(), ttl=LIVE_TTL)
     try:
         assert (await sandbox.aexecute("echo live")).output == "live\n"
         assert (await sandbox.aexecute("sleep 10", timeout=1)).timed_out

@@ -3,10 +3,14 @@ async, through the real SDK and the fake service."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import gc
+import logging
 import secrets
 import socket
 import time
+import warnings
 from typing import Any
 
 import pytest
@@ -37,7 +41,10 @@ def test_missing_credentials_fail_at_construction(monkeypatch: pytest.MonkeyPatc
     assert isinstance(E2BProvider(), E2BProvider)
 
 
-@pytest.mark.parametrize("options", [{"sandbox_timeout": 0}, {"command_timeout": -1}])
+@pytest.mark.parametrize(
+    "options",
+    [{"max_lifetime": 0}, {"max_lifetime": 86_401}, {"max_lifetime": 3600.0}, {"command_timeout": -1}],
+)
 def test_bad_provider_options(options: dict[str, Any]) -> None:
     with pytest.raises(errors.InvalidArgumentError):
         E2BProvider(api_key=API_KEY, **options)
@@ -56,28 +63,59 @@ def test_registered_under_entry_point(fake_e2b: FakeE2BServer) -> None:
     assert isinstance(provider, E2BProvider)
 
 
-def test_create_passes_labels_and_time_to_live(fake_e2b: FakeE2BServer, provider: E2BProvider) -> None:
+def e2b_timeout(fake: FakeE2BServer, sandbox: E2BSandbox) -> float:
+    """The sandbox's deadline on the fake, in seconds from now."""
+    return (fake.sandbox(sandbox.id).end_at - dt.datetime.now(dt.UTC)).total_seconds()
+
+
+def test_create_passes_labels_and_idle_timeout(fake_e2b: FakeE2BServer, provider: E2BProvider) -> None:
+    """E2B's timeout is the idle timeout plus one keep-alive interval (a tenth of it)."""
     labels = unique_labels(team="core")
-    sandbox = provider.create(labels=labels, timeout=1234, template="base")
+    sandbox = provider.create(labels=labels, idle_timeout=1000, template="base")
     try:
         stored = fake_e2b.sandbox(sandbox.id)
-        assert stored.metadata == labels
         assert stored.template_id == "base"
-        assert abs((stored.end_at - stored.started_at).total_seconds() - 1234) < 1
+        assert abs((stored.end_at - stored.started_at).total_seconds() - 1100) < 2
+        assert [info.labels for info in provider.list(labels=labels).items] == [labels]
+        assert sandbox.lifetime is not None and sandbox.lifetime.idle_timeout == 1000
     finally:
         provider.delete(sandbox_id=sandbox.id)
 
 
-def test_default_time_to_live(fake_e2b: FakeE2BServer, provider: E2BProvider) -> None:
+def test_default_idle_timeout_is_an_hour(fake_e2b: FakeE2BServer, provider: E2BProvider) -> None:
     sandbox = provider.create()
     try:
         stored = fake_e2b.sandbox(sandbox.id)
-        assert abs((stored.end_at - stored.started_at).total_seconds() - provider.sandbox_timeout) < 1
+        assert abs((stored.end_at - stored.started_at).total_seconds() - 3960) < 2
     finally:
         provider.delete(sandbox_id=sandbox.id)
 
 
-@pytest.mark.parametrize("options", [{"timeout": 0}, {"timeout": 2.5}, {"cpu": 4}, {"metadata": {}}])
+def test_a_hobby_maximum_fits_the_default_and_refuses_more(fake_e2b: FakeE2BServer) -> None:
+    hobby = make_provider(fake_e2b, max_lifetime=3600)
+    sandbox = hobby.create()
+    try:
+        assert e2b_timeout(fake_e2b, sandbox) <= 3600
+    finally:
+        hobby.delete(sandbox_id=sandbox.id)
+    with pytest.raises(errors.InvalidArgumentError, match="maximum of 3600"):
+        hobby.create(idle_timeout=7200)
+    with pytest.raises(errors.InvalidArgumentError, match="maximum of 3600"):
+        hobby.create(ttl=3601)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"timeout": 600},
+        {"ttl": 86_401},
+        {"idle_timeout": 86_401},
+        {"ttl": 0.5},
+        {"idle_timeout": -1},
+        {"cpu": 4},
+        {"metadata": {}},
+    ],
+)
 def test_bad_create_options_fail_before_any_request(
     fake_e2b: FakeE2BServer, provider: E2BProvider, options: dict[str, Any]
 ) -> None:
@@ -87,16 +125,129 @@ def test_bad_create_options_fail_before_any_request(
     assert len(fake_e2b.requests) == before
 
 
-def test_sandbox_expires_after_its_time_to_live(provider: E2BProvider) -> None:
+def test_reserved_label_keys_are_refused(provider: E2BProvider) -> None:
+    with pytest.raises(errors.InvalidArgumentError, match="reserved"):
+        provider.create(labels={"sandbox_sdk.idle_timeout": "1"})
+
+
+def test_sandbox_expires_at_its_ttl_however_used(fake_e2b: FakeE2BServer, provider: E2BProvider) -> None:
+    """ttl caps the keep-alive: a sandbox used all the time still goes at creation + ttl."""
     labels = unique_labels()
-    sandbox = provider.create(labels=labels, timeout=1)
-    assert sandbox.execute("echo alive").output == "alive\n"
-    time.sleep(1.3)
+    sandbox = provider.create(labels=labels, ttl=3, idle_timeout=1)
+    started = fake_e2b.sandbox(sandbox.id).started_at
+    deadline = time.monotonic() + 20
+    with pytest.raises(errors.SandboxNotFoundError):
+        while time.monotonic() < deadline:
+            sandbox.execute("true")
+            stored = fake_e2b.sandboxes.get(sandbox.id)  # gone once the fake's timer fired
+            assert stored is None or stored.end_at <= started + dt.timedelta(seconds=3)
+            time.sleep(0.2)
+    assert dt.datetime.now(dt.UTC) >= started + dt.timedelta(seconds=2)
     with pytest.raises(errors.SandboxNotFoundError):
         provider.get(sandbox.id)
+    assert provider.list(labels=labels).items == []
+
+
+def test_use_keeps_a_sandbox_alive_past_its_idle_timeout(
+    fake_e2b: FakeE2BServer, provider: E2BProvider
+) -> None:
+    """E2B's deadline does not move on use; the handle moves it. Unused, it goes."""
+    sandbox = provider.create(idle_timeout=2)
+    started = time.monotonic()
+    while time.monotonic() - started < 5:
+        assert sandbox.execute("echo alive").output == "alive\n"
+        time.sleep(0.5)
+    assert e2b_timeout(fake_e2b, sandbox) > 1
+    deadline = time.monotonic() + 20
+    while sandbox.id in fake_e2b.sandboxes and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sandbox.id not in fake_e2b.sandboxes, "the fake's timer kills an expired sandbox"
     with pytest.raises(errors.SandboxNotFoundError):
         sandbox.execute("true")
-    assert provider.list(labels=labels).items == []
+
+
+def test_keep_alive_is_one_request_per_interval(fake_e2b: FakeE2BServer, provider: E2BProvider) -> None:
+    """An execute is one request (envd's Start); the keep-alive adds one set_timeout
+    per interval (a tenth of the idle timeout), none within it."""
+    sandbox = provider.create(idle_timeout=3600)
+    try:
+        for _ in range(3):
+            before = len(fake_e2b.requests)
+            sandbox.execute("true")
+            assert fake_e2b.requests[before:] == [("POST", "/process.Process/Start")]
+    finally:
+        provider.delete(sandbox_id=sandbox.id)
+    short = provider.create(idle_timeout=2)
+    try:
+        time.sleep(0.3)
+        before = len(fake_e2b.requests)
+        short.execute("true")
+        short.execute("true")
+        assert fake_e2b.requests[before:] == [
+            ("POST", f"/sandboxes/{short.id}/timeout"),
+            ("POST", "/process.Process/Start"),
+            ("POST", "/process.Process/Start"),
+        ]
+    finally:
+        provider.delete(sandbox_id=short.id)
+
+
+async def test_async_operations_keep_alive_too(fake_e2b: FakeE2BServer, provider: E2BProvider) -> None:
+    sandbox = await provider.acreate(idle_timeout=2)
+    try:
+        await asyncio.sleep(0.3)
+        before = len(fake_e2b.requests)
+        await sandbox.aexecute("true")
+        await sandbox.aexecute("true")
+        assert fake_e2b.requests[before:] == [
+            ("POST", f"/sandboxes/{sandbox.id}/timeout"),
+            ("POST", "/process.Process/Start"),
+            ("POST", "/process.Process/Start"),
+        ]
+        assert e2b_timeout(fake_e2b, sandbox) > 2
+    finally:
+        await provider.adelete(sandbox_id=sandbox.id)
+
+
+def test_get_reads_the_lifetime_and_extends_by_connecting(
+    fake_e2b: FakeE2BServer, provider: E2BProvider
+) -> None:
+    sandbox = provider.create(idle_timeout=100, ttl=500)
+    try:
+        fake_e2b.sandbox(sandbox.id)  # alive
+        again = provider.get(sandbox.id)
+        assert again.lifetime == sandbox.lifetime
+        assert 100 < e2b_timeout(fake_e2b, again) <= 110
+    finally:
+        provider.delete(sandbox_id=sandbox.id)
+
+
+def test_handle_to_a_deleted_sandbox_raises_not_found(provider: E2BProvider) -> None:
+    """Also when the first thing the handle does is the keep-alive's set_timeout."""
+    sandbox = provider.create(idle_timeout=2)
+    provider.delete(sandbox_id=sandbox.id)
+    time.sleep(0.3)
+    with pytest.raises(errors.SandboxNotFoundError):
+        sandbox.execute("true")
+    with pytest.raises(errors.SandboxNotFoundError):
+        sandbox.execute("true")
+
+
+def test_get_or_create_logs_when_it_creates(provider: E2BProvider, caplog: pytest.LogCaptureFixture) -> None:
+    """A sandbox that expired is gone from E2B without a trace: the lookup finds
+    nothing, and get_or_create says it creates a new, empty one."""
+    labels = unique_labels()
+    first = provider.create(labels=labels, ttl=1)
+    deadline = time.monotonic() + 20
+    while provider.list(labels=labels).items and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with caplog.at_level(logging.INFO, logger="sandbox_sdk"):
+        second = provider.get_or_create(labels=labels)
+    try:
+        assert second.id != first.id
+        assert any("creating a new sandbox" in record.getMessage() for record in caplog.records)
+    finally:
+        provider.delete(sandbox_id=second.id)
 
 
 def test_get_by_id(provider: E2BProvider) -> None:
@@ -205,9 +356,9 @@ def test_unreachable_service_is_unavailable() -> None:
 async def test_async_lifecycle(fake_e2b: FakeE2BServer) -> None:
     provider = make_provider(fake_e2b)
     labels = unique_labels()
-    sandbox = await provider.acreate(labels=labels, timeout=600)
+    sandbox = await provider.acreate(labels=labels, idle_timeout=600)
     try:
-        assert fake_e2b.sandbox(sandbox.id).metadata == labels
+        assert labels.items() <= fake_e2b.sandbox(sandbox.id).metadata.items()
         assert (await sandbox.aexecute("echo hi")).output == "hi\n"
         again = await provider.aget(sandbox.id)
         assert again.id == sandbox.id
@@ -237,3 +388,22 @@ async def test_async_pagination_and_errors(fake_e2b: FakeE2BServer) -> None:
     finally:
         for sandbox in made:
             await provider.adelete(sandbox_id=sandbox.id)
+
+
+async def test_close_leaves_no_unclosed_resources(fake_e2b: FakeE2BServer) -> None:
+    """The SDK pools its connections per process; a provider holds no client of its
+    own, so closing it (sync or async) leaves nothing for the collector to warn about."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with make_provider(fake_e2b) as provider:
+            sandbox = provider.create()
+            assert sandbox.execute("echo sync").output == "sync\n"
+            provider.delete(sandbox_id=sandbox.id)
+        async with make_provider(fake_e2b) as aprovider:
+            asandbox = await aprovider.acreate()
+            assert (await asandbox.aexecute("echo async")).output == "async\n"
+            await aprovider.adelete(sandbox_id=asandbox.id)
+        del sandbox, asandbox, provider, aprovider
+        gc.collect()
+    leaks = [w for w in caught if issubclass(w.category, ResourceWarning) or "Unclosed" in str(w.message)]
+    assert leaks == []

@@ -109,9 +109,63 @@ def test_end_event_that_beats_the_client_deadline_counts_as_timeout() -> None:
     assert (response.timed_out, response.exit_code) == (True, 124)
 
 
-def test_death_by_signal_before_the_deadline_is_an_exit(e2b_sandbox: E2BSandbox) -> None:
-    response = e2b_sandbox.execute("echo before; kill -9 $$", timeout=30)
-    assert (response.output, response.exit_code, response.timed_out) == ("before\n", -1, False)
+@pytest.mark.parametrize(("command", "code"), [("exit 3", 3), ("kill -TERM $$", 143), ("kill -KILL $$", 137)])
+async def test_exit_status_is_128_plus_the_signal(e2b_sandbox: E2BSandbox, command: str, code: int) -> None:
+    """envd reports a signal death as exit code -1 with Go's ``signal: terminated``."""
+    for response in (e2b_sandbox.execute(f"echo before; {command}"), await e2b_sandbox.aexecute(command)):
+        assert (response.exit_code, response.timed_out) == (code, False)
+    assert e2b_sandbox.execute(f"echo before; {command}").output == "before\n"
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        ("signal: killed", 137),
+        ("signal: segmentation fault (core dumped)", 139),
+        ("signal: CPU time limit exceeded", 152),
+        ("signal: signal 34", 162),
+    ],
+)
+def test_go_signal_texts_read_as_128_plus_n(error: str, code: int) -> None:
+    run = _CommandRun("true", 30, 1000)
+    killed = CommandExitException(stdout="", stderr="", exit_code=-1, error=error)
+    assert run.failed(killed).exit_code == code
+
+
+def test_unreadable_end_status_is_an_error_not_a_negative_code() -> None:
+    run = _CommandRun("true", 30, 1000)
+    odd = CommandExitException(stdout="", stderr="", exit_code=-1, error="something else")
+    with pytest.raises(errors.SandboxRuntimeError, match="without an exit status"):
+        run.failed(odd)
+
+
+@pytest.fixture
+def leading_fake(fake_e2b: FakeE2BServer) -> Iterator[FakeE2BServer]:
+    """The fake starting each command as the leader of its own process group, as envd does not."""
+    fake_e2b.commands_lead_group = True
+    yield fake_e2b
+    fake_e2b.commands_lead_group = False
+
+
+def test_exit_codes_and_group_kill_when_the_shell_leads_its_group(
+    leading_fake: FakeE2BServer, e2b_sandbox: E2BSandbox
+) -> None:
+    """setsid forks when its caller leads a group; the prefix then runs the command
+    as it is, so exit codes come through and the timeout's group kill reaches all."""
+    assert e2b_sandbox.execute("echo out; exit 3").exit_code == 3
+    assert e2b_sandbox.execute("echo out; exit 3").output == "out\n"
+    assert e2b_sandbox.execute("kill -TERM $$").exit_code == 143
+    response = e2b_sandbox.execute("(sleep 2; touch survivor) & sleep 30", timeout=0.5)
+    assert response.timed_out
+    time.sleep(2.5)
+    assert not (home_of(leading_fake, e2b_sandbox) / "survivor").exists()
+
+
+def test_timeout_kills_what_the_command_started(fake_e2b: FakeE2BServer, e2b_sandbox: E2BSandbox) -> None:
+    response = e2b_sandbox.execute("(sleep 2; touch survivor) & sleep 30", timeout=0.5)
+    assert (response.timed_out, response.exit_code) == (True, 124)
+    time.sleep(2.5)
+    assert not (home_of(fake_e2b, e2b_sandbox) / "survivor").exists()
 
 
 def test_killed_sandbox_raises_not_found(provider: E2BProvider) -> None:

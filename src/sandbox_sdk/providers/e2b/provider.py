@@ -1,14 +1,16 @@
 """``E2BProvider``: create, find, list and delete E2B sandboxes.
 
-Labels are the sandbox's E2B metadata; the time to live is E2B's ``timeout``
-in seconds (the platform's unit, passed through). The async twins use the
-SDK's native ``AsyncSandbox`` class methods.
+Labels are the sandbox's E2B metadata. The lifetime is the SDK's common one
+(``ttl``, ``idle_timeout``), mapped onto E2B's ``timeout``, a deadline that
+use does not move: see :class:`~sandbox_sdk.providers.e2b.sandbox.E2BLifetime`.
+The async twins use the SDK's native ``AsyncSandbox`` class methods.
 """
 
 from __future__ import annotations
 
 import builtins
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,21 +20,34 @@ from e2b import SandboxInfo as E2BSandboxInfo
 from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxInfo, SandboxPage
 from sandbox_sdk.provider import SandboxProvider
+from sandbox_sdk.provider_kit import Lifetime
 from sandbox_sdk.providers.e2b._errors import translate_errors
-from sandbox_sdk.providers.e2b.sandbox import DEFAULT_TIMEOUT, E2BSandbox, check_timeout
+from sandbox_sdk.providers.e2b.sandbox import (
+    DEFAULT_TIMEOUT,
+    LIFETIME_PREFIX,
+    E2BLifetime,
+    E2BSandbox,
+    check_timeout,
+)
 
 #: Environment variable the SDK reads the API key from.
 API_KEY_ENV = "E2B_API_KEY"
-#: Sandbox time to live in seconds when ``create`` is given none (E2B's API default is 15).
-DEFAULT_SANDBOX_TIMEOUT = 300
+#: E2B's longest sandbox uptime, in seconds: 24 hours on the Pro tier (1 hour,
+#: 3600, on Hobby). The SDK's ``Sandbox.create`` docstring states both.
+MAX_LIFETIME = 86_400
 #: Options of ``create`` handed to ``Sandbox.create`` as they are.
-CREATE_OPTIONS = frozenset({"template", "timeout", "envs", "allow_internet_access", "lifecycle", "network"})
+CREATE_OPTIONS = frozenset({"template", "envs", "allow_internet_access", "lifecycle", "network"})
+
+
+def _labels(metadata: Mapping[str, str]) -> dict[str, str]:
+    """A sandbox's labels: its metadata without the keys that hold its lifetime."""
+    return {key: value for key, value in metadata.items() if not key.startswith(LIFETIME_PREFIX)}
 
 
 def _info(sandbox: E2BSandboxInfo) -> SandboxInfo:
     return SandboxInfo(
         id=sandbox.sandbox_id,
-        labels=dict(sandbox.metadata),
+        labels=_labels(sandbox.metadata),
         created_at=sandbox.started_at,
         status=str(sandbox.state.value),
         metadata={
@@ -48,6 +63,10 @@ def _check_labels(labels: Mapping[str, str]) -> dict[str, str]:
     for key, value in labels.items():
         if not isinstance(key, str) or not isinstance(value, str) or not key:
             raise errors.InvalidArgumentError(f"labels must map non-empty str to str, not {key!r}: {value!r}")
+        if key.startswith(LIFETIME_PREFIX):
+            raise errors.InvalidArgumentError(
+                f"label keys starting {LIFETIME_PREFIX!r} are reserved, not {key!r}"
+            )
     return dict(labels)
 
 
@@ -59,7 +78,10 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
     ``domain``, ``api_url``, ``sandbox_url`` and ``request_timeout`` are the
     SDK's connection options (its ``E2B_*`` environment variables apply when
     they are not given). ``command_timeout`` is each sandbox's default
-    ``execute`` timeout in seconds.
+    ``execute`` timeout in seconds. ``max_lifetime`` is the account's longest
+    sandbox uptime in seconds: 86400 (24 hours, E2B Pro) unless given; a
+    Hobby account passes 3600, so that ``ttl`` and ``idle_timeout`` over an
+    hour are refused here rather than by the service.
     """
 
     name = "e2b"
@@ -73,15 +95,22 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
         sandbox_url: str | None = None,
         request_timeout: float | None = None,
         template: str | None = None,
-        sandbox_timeout: int = DEFAULT_SANDBOX_TIMEOUT,
         command_timeout: float = DEFAULT_TIMEOUT,
+        max_lifetime: int = MAX_LIFETIME,
     ) -> None:
         api_key = api_key or os.environ.get(API_KEY_ENV)
         if not api_key:
             raise errors.AuthenticationError(
                 f"E2B needs an API key: set {API_KEY_ENV} or pass api_key= (https://e2b.dev/dashboard?tab=keys)"
             )
-        self._check_ttl(sandbox_timeout)
+        if (
+            isinstance(max_lifetime, bool)
+            or not isinstance(max_lifetime, int)
+            or not 1 <= max_lifetime <= MAX_LIFETIME
+        ):
+            raise errors.InvalidArgumentError(
+                f"max_lifetime must be whole seconds up to E2B's {MAX_LIFETIME}, not {max_lifetime!r}"
+            )
         connection = {
             "api_key": api_key,
             "domain": domain,
@@ -91,28 +120,51 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
         }
         self._connection: dict[str, Any] = {k: v for k, v in connection.items() if v is not None}
         self.template = template
-        self.sandbox_timeout = sandbox_timeout
         self.command_timeout = check_timeout(command_timeout)
+        self.max_lifetime = max_lifetime
 
-    @staticmethod
-    def _check_ttl(value: object) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise errors.InvalidArgumentError(f"timeout must be an int number of seconds >= 1, not {value!r}")
-        return value
-
-    def _create_kwargs(self, labels: dict[str, str], options: dict[str, Any]) -> dict[str, Any]:
+    def _create_kwargs(
+        self, labels: dict[str, str], options: dict[str, Any]
+    ) -> tuple[dict[str, Any], E2BLifetime]:
+        """``Sandbox.create``'s arguments, and the lifetime its handle keeps up."""
+        options = dict(options)
+        if "timeout" in options:
+            raise errors.InvalidArgumentError(
+                "E2B's timeout is derived from idle_timeout and ttl (seconds): pass those instead"
+            )
+        requested = Lifetime.from_options(
+            options, platform="E2B", max_ttl=self.max_lifetime, max_idle_timeout=self.max_lifetime
+        )
         unknown = set(options) - CREATE_OPTIONS
         if unknown:
             raise errors.InvalidArgumentError(
                 f"unknown E2B create options: {', '.join(sorted(unknown))}"
-                f" (known: {', '.join(sorted(CREATE_OPTIONS))})"
+                f" (known: {', '.join(sorted(CREATE_OPTIONS | {'ttl', 'idle_timeout'}))})"
             )
-        kwargs = {"template": self.template, "timeout": self.sandbox_timeout, **options}
-        self._check_ttl(kwargs["timeout"])
-        return {**kwargs, "metadata": _check_labels(labels), **self._connection}
+        now = time.time()
+        lifetime = E2BLifetime.starting(requested, now, max_lifetime=self.max_lifetime)
+        timeout = lifetime.timeout(now)
+        if timeout is None:
+            raise errors.InvalidArgumentError(f"ttl must be at least a second on E2B, not {requested.ttl!r}")
+        metadata = {**_check_labels(labels), **lifetime.metadata()}
+        kwargs = {"template": self.template, **options, "timeout": timeout}
+        return {**kwargs, "metadata": metadata, **self._connection}, lifetime
 
-    def _wrap(self, sandbox: Sandbox | AsyncSandbox) -> E2BSandbox:
-        return E2BSandbox(sandbox, timeout=self.command_timeout)
+    def _wrap(self, sandbox: Sandbox | AsyncSandbox, lifetime: E2BLifetime | None) -> E2BSandbox:
+        return E2BSandbox(sandbox, timeout=self.command_timeout, lifetime=lifetime)
+
+    def _connect_timeout(
+        self, sandbox_id: str, info: E2BSandboxInfo
+    ) -> tuple[E2BLifetime | None, int | None]:
+        """The lifetime a sandbox's metadata records, and the timeout to connect with:
+        one more idle period, which connecting only ever lengthens."""
+        lifetime = E2BLifetime.from_metadata(info.metadata)
+        if lifetime is None:
+            return None, None
+        timeout = lifetime.timeout(time.time())
+        if timeout is None:
+            raise errors.SandboxNotFoundError(f"E2B sandbox {sandbox_id} has reached its ttl")
+        return lifetime, timeout
 
     def _list_kwargs(
         self, labels: Mapping[str, str] | None, cursor: str | None, limit: int
@@ -130,13 +182,18 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
     # -- sync -----------------------------------------------------------------------------
 
     def _create(self, *, labels: dict[str, str], **options: Any) -> E2BSandbox:
-        kwargs = self._create_kwargs(labels, options)
+        kwargs, lifetime = self._create_kwargs(labels, options)
         with translate_errors("create an E2B sandbox"):
-            return self._wrap(Sandbox.create(**kwargs))
+            return self._wrap(Sandbox.create(**kwargs), lifetime)
 
     def get(self, sandbox_id: str) -> E2BSandbox:
+        """Read the sandbox's lifetime from its metadata, then connect (which resumes a
+        paused sandbox) with one more idle period: two requests."""
         with translate_errors(f"connect to E2B sandbox {sandbox_id}"):
-            return self._wrap(Sandbox.connect(sandbox_id, **self._connection))
+            lifetime, timeout = self._connect_timeout(
+                sandbox_id, Sandbox.get_info(sandbox_id, **self._connection)
+            )
+            return self._wrap(Sandbox.connect(sandbox_id, timeout=timeout, **self._connection), lifetime)
 
     def list(
         self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
@@ -153,13 +210,16 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
     # -- async ----------------------------------------------------------------------------
 
     async def _acreate(self, *, labels: dict[str, str], **options: Any) -> E2BSandbox:
-        kwargs = self._create_kwargs(labels, options)
+        kwargs, lifetime = self._create_kwargs(labels, options)
         with translate_errors("create an E2B sandbox"):
-            return self._wrap(await AsyncSandbox.create(**kwargs))
+            return self._wrap(await AsyncSandbox.create(**kwargs), lifetime)
 
     async def aget(self, sandbox_id: str) -> E2BSandbox:
         with translate_errors(f"connect to E2B sandbox {sandbox_id}"):
-            return self._wrap(await AsyncSandbox.connect(sandbox_id, **self._connection))
+            info = await AsyncSandbox.get_info(sandbox_id, **self._connection)
+            lifetime, timeout = self._connect_timeout(sandbox_id, info)
+            sandbox = await AsyncSandbox.connect(sandbox_id, timeout=timeout, **self._connection)
+            return self._wrap(sandbox, lifetime)
 
     async def alist(
         self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100

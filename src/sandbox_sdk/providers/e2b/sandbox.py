@@ -4,17 +4,21 @@ Commands go through ``commands.run`` (envd runs them as ``bash -l -c``); file
 transfers go through the native file API (``files.write`` / ``files.read``).
 Both are operations written once, as generators of :class:`SdkCall` s that
 the kernel carries out with the SDK's sync ``Sandbox`` or its native
-``AsyncSandbox``.
+``AsyncSandbox``. Carrying them out also keeps the sandbox alive
+(:class:`E2BLifetime`): E2B kills a sandbox at a deadline that use does not
+move, so a handle moves it, at most once per keep-alive interval.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import math
 import posixpath
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Generic, TypeVar
@@ -27,6 +31,8 @@ from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.provider_kit import (
     TIMEOUT_EXIT_CODE,
+    KeepAlive,
+    Lifetime,
     NativeRequest,
     Operation,
     Pipeline,
@@ -46,14 +52,21 @@ R = TypeVar("R")
 DEFAULT_TIMEOUT = 60.0
 #: Put in front of every command. ``exec 2>&1``: envd streams stdout and
 #: stderr separately, our contract is one merged stream in order. Then the
-#: shell re-executes its own ``-c`` string under ``setsid`` (same pid: the
-#: shell is not a group leader, so setsid does not fork), making the command a
-#: process group of its own that a timeout can kill whole: envd's deadline
-#: kills the shell alone and would leave what it started running.
+#: command becomes a process group of its own whose id is the shell's pid
+#: (the pid envd reports), so a timeout can kill the group whole: envd's
+#: deadline kills the shell alone and would leave what it started running.
+#: envd starts the shell in envd's own process group (no setsid, no setpgid: see
+#: the fake's docstring), so the shell re-executes its own ``-c`` string under ``setsid``,
+#: which then makes a session without forking and the pid stays. ``setsid``
+#: forks when its caller already leads a group, and the group would get a pid
+#: we never learn: so the shell reads its group from /proc first, and a shell
+#: that leads its group already (an envd that did call setsid) runs as it is.
 COMMAND_PREFIX = (
     "exec 2>&1\n"
-    'if [ -z "${SBX_OWN_GROUP-}" ] && command -v setsid >/dev/null 2>&1; then'
-    ' SBX_OWN_GROUP=1 exec setsid bash -l -c "$BASH_EXECUTION_STRING"; fi; unset SBX_OWN_GROUP\n'
+    'if [ -z "${SBX_OWN_GROUP-}" ]; then read -r _ _ _ _ SBX_GROUP _ </proc/$$/stat 2>/dev/null;'
+    ' if [ "${SBX_GROUP-}" != "$$" ] && command -v setsid >/dev/null 2>&1; then'
+    ' SBX_OWN_GROUP=1 exec setsid bash -l -c "$BASH_EXECUTION_STRING"; fi; fi\n'
+    "unset SBX_OWN_GROUP SBX_GROUP\n"
 )
 #: Timeout of the command that kills a timed-out command's process group.
 GROUP_KILL_TIMEOUT = 30.0
@@ -70,6 +83,118 @@ def _twin(cls: type[Sandbox] | type[AsyncSandbox], source: Sandbox | AsyncSandbo
         traffic_access_token=source.traffic_access_token,
         connection_config=source.connection_config,
     )
+
+
+#: Go's names of the Linux signals (``syscall.Signal.String()``, the table in
+#: go/src/syscall/zerrors_linux_amd64.go), as envd's end event of a command
+#: killed by a signal reports it: ``signal: killed`` (``os.ProcessState.String()``).
+GO_SIGNAL_NAMES = {
+    "hangup": 1,
+    "interrupt": 2,
+    "quit": 3,
+    "illegal instruction": 4,
+    "trace/breakpoint trap": 5,
+    "aborted": 6,
+    "bus error": 7,
+    "floating point exception": 8,
+    "killed": 9,
+    "user defined signal 1": 10,
+    "segmentation fault": 11,
+    "user defined signal 2": 12,
+    "broken pipe": 13,
+    "alarm clock": 14,
+    "terminated": 15,
+    "stack fault": 16,
+    "child exited": 17,
+    "continued": 18,
+    "stopped (signal)": 19,
+    "stopped": 20,
+    "stopped (tty input)": 21,
+    "stopped (tty output)": 22,
+    "urgent I/O condition": 23,
+    "CPU time limit exceeded": 24,
+    "file size limit exceeded": 25,
+    "virtual timer expired": 26,
+    "profiling timer expired": 27,
+    "window changed": 28,
+    "I/O possible": 29,
+    "power failure": 30,
+    "bad system call": 31,
+}
+#: Exit status of a command killed by signal N: 128 + N, as shells report it.
+SIGNAL_EXIT_BASE = 128
+
+
+def signal_exit_code(error: str | None) -> int | None:
+    """128 + N for envd's end-event error of a command killed by signal N
+    (``signal: killed``, perhaps ``(core dumped)`` after it; Go names a signal
+    outside its table ``signal 34``); None for any other text."""
+    if error is None or not error.startswith("signal: "):
+        return None
+    name = error.removeprefix("signal: ").removesuffix(" (core dumped)")
+    number = GO_SIGNAL_NAMES.get(name)
+    if number is None and name.startswith("signal ") and name[7:].isdigit():
+        number = int(name[7:])
+    return None if number is None else SIGNAL_EXIT_BASE + number
+
+
+#: Metadata keys starting with this hold a sandbox's lifetime (not labels).
+LIFETIME_PREFIX = "sandbox_sdk."
+_IDLE_KEY = LIFETIME_PREFIX + "idle_timeout"
+_EXPIRES_KEY = LIFETIME_PREFIX + "expires_at"
+#: The keep-alive interval as a fraction of the idle timeout: six minutes for
+#: the default hour, so a busy handle extends its sandbox ten times an hour.
+KEEP_ALIVE_FRACTION = 0.1
+
+
+@dataclass(frozen=True)
+class E2BLifetime:
+    """The common lifetime on E2B, whose ``timeout`` is a deadline that use does not move.
+
+    Each extension sets the deadline to ``idle_timeout`` plus one keep-alive
+    interval from now (whole seconds, rounded up): a handle extends at most
+    once per interval, so the last extension came at most one interval before
+    the last operation and the sandbox lives at least ``idle_timeout`` after
+    it, at most ``idle_timeout`` plus an interval. ``expires_at`` (wall-clock
+    seconds) is creation plus ``ttl``, or plus the account's maximum uptime:
+    no extension reaches past it (it is rounded down), and E2B refuses to go
+    past the maximum uptime anyway. Both are kept in the sandbox's metadata,
+    so a handle from ``get``, in any process, keeps the sandbox alive alike.
+    """
+
+    idle_timeout: float
+    expires_at: float
+
+    @classmethod
+    def starting(cls, requested: Lifetime, now: float, *, max_lifetime: int) -> E2BLifetime:
+        """The lifetime of a sandbox created ``now``."""
+        ttl = max_lifetime if requested.ttl is None else min(requested.ttl, max_lifetime)
+        idle = max_lifetime if requested.idle_timeout is None else requested.idle_timeout
+        return cls(idle_timeout=idle, expires_at=now + ttl)
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, str]) -> E2BLifetime | None:
+        """The lifetime recorded in a sandbox's metadata; None for a sandbox made
+        without this provider (or with its keys damaged): it is not kept alive."""
+        try:
+            return cls(idle_timeout=float(metadata[_IDLE_KEY]), expires_at=float(metadata[_EXPIRES_KEY]))
+        except (KeyError, ValueError):
+            return None
+
+    def metadata(self) -> dict[str, str]:
+        return {_IDLE_KEY: repr(self.idle_timeout), _EXPIRES_KEY: repr(self.expires_at)}
+
+    @property
+    def interval(self) -> float:
+        """Seconds between two extensions at most."""
+        return self.idle_timeout * KEEP_ALIVE_FRACTION
+
+    def timeout(self, now: float) -> int | None:
+        """E2B's ``timeout`` to set ``now``; None once less than a second is left."""
+        left = math.floor(self.expires_at - now)
+        if left < 1:
+            return None
+        return min(math.ceil(self.idle_timeout + self.interval), left)
 
 
 def check_timeout(value: object) -> float:
@@ -130,12 +255,20 @@ class _CommandRun:
     def failed(self, exc: Exception) -> ExecuteResponse:
         """The response for a run that raised, or the typed error to raise."""
         if isinstance(exc, CommandExitException):
-            # envd kills the command at the deadline; when its end event (exit
-            # code -1, "signal: killed") beats the client's own deadline, the
-            # SDK reports an exit instead of a timeout.
-            if exc.exit_code == -1 and time.monotonic() - self.started >= self.timeout:
+            if exc.exit_code >= 0:
+                return self.response(exc.exit_code)
+            # Killed by a signal: Go reports exit code -1 and names the signal.
+            # envd kills the command at the deadline, and when its end event
+            # ("signal: killed") beats the client's own deadline, the SDK
+            # reports an exit instead of a timeout.
+            if time.monotonic() - self.started >= self.timeout:
                 return self.response(None, timed_out=True)
-            return self.response(exc.exit_code)
+            code = signal_exit_code(exc.error)
+            if code is None:
+                raise errors.SandboxRuntimeError(
+                    f"execute: the command ended without an exit status: {exc.error!r}"
+                )
+            return self.response(code)
         if isinstance(exc, e2b_errors.TimeoutException) and not isinstance(
             exc, e2b_errors.SandboxNotRunningException | e2b_errors.SandboxUnreachableException
         ):
@@ -198,6 +331,19 @@ class WaitCommand(SdkCall):
         if isinstance(self.handle, AsyncCommandHandle):
             return self.handle.wait()
         return self.handle.wait(**self.run.streams())
+
+
+@dataclass(frozen=True)
+class SetTimeout(SdkCall):
+    """Move the sandbox's deadline to ``seconds`` from now (the keep-alive)."""
+
+    seconds: int
+
+    def call(self, sdk: Sandbox | AsyncSandbox) -> Any:
+        return sdk.set_timeout(self.seconds)
+
+    def errors(self) -> AbstractContextManager[None]:
+        return translate_errors("extend the E2B sandbox's lifetime")
 
 
 @dataclass(frozen=True)
@@ -310,7 +456,10 @@ class E2BSandbox(BaseSandbox):
     ones its native async API; the other flavour is built on first use from the
     same connection details. ``upload_files`` and ``download_files`` use E2B's
     file API instead of scripts. ``timeout`` is the default command timeout in
-    seconds.
+    seconds. With a ``lifetime`` (the provider's handles have one) the handle
+    keeps the sandbox alive as :class:`E2BLifetime` says, starting one interval
+    from now (the deadline was just set, by create or connect); without one
+    the sandbox lives until the deadline its creator set.
     """
 
     def __init__(
@@ -319,6 +468,7 @@ class E2BSandbox(BaseSandbox):
         *,
         timeout: float = DEFAULT_TIMEOUT,
         max_output_bytes: int | None = None,
+        lifetime: E2BLifetime | None = None,
     ) -> None:
         if not isinstance(sandbox, Sandbox | AsyncSandbox):
             raise errors.InvalidArgumentError(
@@ -330,6 +480,31 @@ class E2BSandbox(BaseSandbox):
         self.timeout = check_timeout(timeout)
         if max_output_bytes is not None:
             self.max_output_bytes = max_output_bytes
+        self.lifetime = lifetime
+        self._keep_alive_lock = threading.Lock()
+        self._keep_alive = self._restart_keep_alive()
+
+    def _restart_keep_alive(self) -> KeepAlive | None:
+        """A keep-alive whose first extension is one interval from now."""
+        if self.lifetime is None:
+            return None
+        keep_alive = KeepAlive(self.lifetime.interval)
+        keep_alive.due()
+        return keep_alive
+
+    def _extension(self) -> SetTimeout | None:
+        """The keep-alive call due before the next SDK call, if any."""
+        with self._keep_alive_lock:
+            if self._keep_alive is None or not self._keep_alive.due():
+                return None
+        assert self.lifetime is not None
+        seconds = self.lifetime.timeout(time.time())
+        return None if seconds is None else SetTimeout(seconds)
+
+    def _extension_failed(self) -> None:
+        """Try again on the next call rather than an interval later."""
+        with self._keep_alive_lock:
+            self._keep_alive = KeepAlive(self._keep_alive.interval) if self._keep_alive else None
 
     @property
     def id(self) -> str:
@@ -357,16 +532,30 @@ class E2BSandbox(BaseSandbox):
     # -- carrying out the SDK calls -------------------------------------------------------------
 
     def _perform(self, request: Any) -> Any:
-        if isinstance(request, SdkCall):
-            with request.errors():
-                return request.call(self.sdk_sandbox)
-        return super()._perform(request)
+        if not isinstance(request, SdkCall):
+            return super()._perform(request)
+        if (extension := self._extension()) is not None:
+            try:
+                with extension.errors():
+                    extension.call(self.sdk_sandbox)
+            except errors.SandboxError:
+                self._extension_failed()
+                raise
+        with request.errors():
+            return request.call(self.sdk_sandbox)
 
     async def _aperform(self, request: Any) -> Any:
-        if isinstance(request, SdkCall):
-            with request.errors():
-                return await request.call(self.sdk_async_sandbox)
-        return await super()._aperform(request)
+        if not isinstance(request, SdkCall):
+            return await super()._aperform(request)
+        if (extension := self._extension()) is not None:
+            try:
+                with extension.errors():
+                    await extension.call(self.sdk_async_sandbox)
+            except errors.SandboxError:
+                self._extension_failed()
+                raise
+        with request.errors():
+            return await request.call(self.sdk_async_sandbox)
 
     # -- execute ------------------------------------------------------------------------------------
 
@@ -423,4 +612,4 @@ class E2BSandbox(BaseSandbox):
         return results.items
 
 
-__all__ = ["DEFAULT_TIMEOUT", "E2BSandbox"]
+__all__ = ["DEFAULT_TIMEOUT", "E2BLifetime", "E2BSandbox"]
