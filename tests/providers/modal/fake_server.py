@@ -37,15 +37,28 @@ Task command router RPCs served:
     TaskExecStdioRead       streams stdout / stderr from ``offset`` until the stream closes
     TaskExecStdinWrite / TaskExecStdinWriteStream / TaskExecStdinStatus
     TaskExecPoll / TaskExecWait  exit code, or the signal for a killed process. An exec
-                            killed at its timeout never reports a status, so the SDK's
-                            own deadline fires and ``wait()`` returns -1, as on Modal.
+                            past ``timeout_secs`` is killed here, on the worker side (SIGKILL to
+                            its group, timed from the start request), and its status reported as
+                            that signal, which the SDK turns into 128 + 9 = 137
+                            (``modal/container_process.py``, ``wait``: ``which == "signal"``).
+                            The SDK's own deadline starts only once the start reply is back
+                            (``exec_deadline`` in ``modal/sandbox/_common.py``, ``exec_via_tcr``),
+                            so the worker's report usually wins that race and ``wait()`` returns
+                            137 rather than its deadline's -1 (``container_process.py``, the
+                            ``ExecTimeoutError`` branch); both happen on Modal, and
+                            :attr:`FakeModalServer.exec_start_delay` makes the worker win for sure.
 
 ``/__modal/.bin/modal-sandbox-fs-tools`` (what ``Sandbox.filesystem`` execs) is
 served by running ``modal_fs_tools.py`` next to this file as that process.
 
-:meth:`FakeModalServer.fail` makes chosen RPCs fail with a chosen gRPC status.
+:meth:`FakeModalServer.fail` makes chosen RPCs fail with a chosen gRPC status;
+:meth:`FakeModalServer.calls` counts the RPCs received, by name, so tests can pin
+how many round trips an operation costs.
 Sandbox lifetime (``timeout``) is enforced: the sandbox is terminated with a
-TIMEOUT result when it runs out. Paths are host paths: the sandbox directory is
+TIMEOUT result when it runs out; so is ``idle_timeout``, counted while no exec
+runs (Modal counts a running exec as activity, https://modal.com/docs/guide/sandboxes,
+Idle Timeouts; the file API is execs too). The definition each sandbox was created
+with is kept (:meth:`FakeModalServer.definition`). Paths are host paths: the sandbox directory is
 only the default working directory, not a chroot, so tests use paths under it.
 ``python3`` in a sandbox is the interpreter running the fake.
 """
@@ -65,6 +78,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,7 +151,6 @@ class _Exec:
     stderr: bytearray = field(default_factory=bytearray)
     closed_fds: set[int] = field(default_factory=set)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
-    timed_out: bool = False
     stdin_written: int = 0
     stdin_closed: bool = False
     stdin_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -190,7 +203,12 @@ class _Sandbox:
     result: api_pb2.GenericResult | None = None
     execs: dict[str, _Exec] = field(default_factory=dict)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+    definition: api_pb2.Sandbox = field(default_factory=api_pb2.Sandbox)
     lifetime: asyncio.TimerHandle | None = None
+    idle: asyncio.TimerHandle | None = None
+
+    def running_execs(self) -> int:
+        return sum(proc.process.returncode is None for proc in self.execs.values())
 
 
 class _State:
@@ -208,8 +226,10 @@ class _State:
         self.jwt = _make_jwt()
         self.auth_token = _make_jwt()
         self.failures: dict[str, tuple[Status, int]] = {}
+        self.calls: Counter[str] = Counter()
         self.router_url = ""
         self.page_size = 3
+        self.exec_start_delay = 0.0
         self.apps: dict[str, str] = {}
         self.sandboxes: dict[str, _Sandbox] = {}
         self._clock = 0.0
@@ -233,6 +253,18 @@ class _State:
     def check_jwt(self, stream: Stream[Any, Any]) -> None:
         if _header(stream, "authorization") != f"Bearer {self.jwt}":
             raise GRPCError(Status.UNAUTHENTICATED, "Invalid or missing command router JWT")
+
+    def idle_from_now(self, sandbox: _Sandbox) -> None:
+        """(Re)start the idle clock of a sandbox with an ``idle_timeout`` and no running exec."""
+        if sandbox.idle is not None:
+            sandbox.idle.cancel()
+            sandbox.idle = None
+        seconds = sandbox.definition.idle_timeout_secs
+        if seconds and sandbox.result is None and not sandbox.running_execs():
+            timeout = api_pb2.GenericResult.GENERIC_STATUS_TIMEOUT
+            sandbox.idle = asyncio.get_running_loop().call_later(
+                seconds, self.finish, sandbox, timeout, "Sandbox idle timeout"
+            )
 
     def sandbox(self, sandbox_id: str) -> _Sandbox:
         try:
@@ -259,8 +291,9 @@ class _State:
         if sandbox.result is not None:
             return sandbox.result
         sandbox.result = api_pb2.GenericResult(status=cast(Any, status), exception=message)
-        if sandbox.lifetime is not None:
-            sandbox.lifetime.cancel()
+        for timer in (sandbox.lifetime, sandbox.idle):
+            if timer is not None:
+                timer.cancel()
         for proc in sandbox.execs.values():
             _kill_group(proc.process)
         shutil.rmtree(sandbox.directory, ignore_errors=True)
@@ -355,6 +388,7 @@ class _ControlPlane(_unimplemented_rpcs(ModalClientBase), ModalClientBase):  # t
             workdir=definition.workdir or str(directory),
             created_at=state.timestamp(),
             tags=_tags(request.tags),
+            definition=definition,
         )
         if definition.timeout_secs:
             sandbox.lifetime = asyncio.get_running_loop().call_later(
@@ -365,6 +399,7 @@ class _ControlPlane(_unimplemented_rpcs(ModalClientBase), ModalClientBase):  # t
                 "Sandbox timed out",
             )
         state.sandboxes[sandbox_id] = sandbox
+        state.idle_from_now(sandbox)
         await stream.send_message(
             api_pb2.SandboxCreateV2Response(
                 sandbox_id=sandbox_id,
@@ -505,6 +540,10 @@ class _CommandRouter(_unimplemented_rpcs(TaskCommandRouterBase), TaskCommandRout
         process = asyncio.subprocess.Process(transport, protocol, loop)
         proc = _Exec(process, protocol.exited)
         sandbox.execs[request.exec_id] = proc
+        self.state.idle_from_now(sandbox)  # stops the idle clock; restarted when the last exec ends
+        proc.tasks.append(
+            loop.create_task(_after_exit(proc.exited, lambda: self.state.idle_from_now(sandbox)))
+        )
         for fd, pipe_reader in (
             (tcr_pb2.TASK_EXEC_STDIO_FILE_DESCRIPTOR_STDOUT, process.stdout),
             (tcr_pb2.TASK_EXEC_STDIO_FILE_DESCRIPTOR_STDERR, process.stderr),
@@ -514,11 +553,11 @@ class _CommandRouter(_unimplemented_rpcs(TaskCommandRouterBase), TaskCommandRout
 
             def kill_at_timeout() -> None:
                 if process.returncode is None:
-                    proc.timed_out = True
                     _kill_group(process)
 
             timer = loop.call_later(request.timeout_secs, kill_at_timeout)
-            proc.tasks.append(loop.create_task(_cancel_after_exit(proc.exited, timer)))
+            proc.tasks.append(loop.create_task(_after_exit(proc.exited, timer.cancel)))
+        await asyncio.sleep(self.state.exec_start_delay)  # a slow reply: the SDK's deadline starts late
         await stream.send_message(tcr_pb2.TaskExecStartResponse())
 
     async def TaskExecStdioRead(self, stream: Stream[Any, Any]) -> None:
@@ -571,15 +610,12 @@ class _CommandRouter(_unimplemented_rpcs(TaskCommandRouterBase), TaskCommandRout
         request: tcr_pb2.TaskExecWaitRequest = await self._request(stream)
         proc = self.state.exec_of(request.task_id, request.exec_id)
         await proc.exited.wait()
-        status = _exit_status(proc)
-        if not status:  # killed at its timeout: never reported, the client's deadline decides
-            await asyncio.Event().wait()
-        await stream.send_message(tcr_pb2.TaskExecWaitResponse(**status))
+        await stream.send_message(tcr_pb2.TaskExecWaitResponse(**_exit_status(proc)))
 
 
 def _exit_status(proc: _Exec) -> dict[str, int]:
     code = proc.process.returncode
-    if code is None or proc.timed_out:
+    if code is None:
         return {}
     return {"signal": -code} if code < 0 else {"code": code}
 
@@ -595,9 +631,9 @@ async def _pump(proc: _Exec, fd: int, reader: asyncio.StreamReader | None) -> No
         proc.changed.notify_all()
 
 
-async def _cancel_after_exit(exited: asyncio.Event, timer: asyncio.TimerHandle) -> None:
+async def _after_exit(exited: asyncio.Event, then: Callable[[], object]) -> None:
     await exited.wait()
-    timer.cancel()
+    then()
 
 
 class FakeModalServer:
@@ -631,6 +667,17 @@ class FakeModalServer:
     def page_size(self, value: int) -> None:
         self.state.page_size = value
 
+    @property
+    def exec_start_delay(self) -> float:
+        """Seconds the command router waits before answering ``TaskExecStart`` (the process
+        already running): how a test makes the worker's timeout kill win the race against
+        the SDK's deadline for certain."""
+        return self.state.exec_start_delay
+
+    @exec_start_delay.setter
+    def exec_start_delay(self, value: float) -> None:
+        self.state.exec_start_delay = value
+
     def env(self) -> dict[str, str]:
         """Environment variables that point the modal SDK here."""
         return {
@@ -641,6 +688,10 @@ class FakeModalServer:
 
     def sandbox_directory(self, sandbox_id: str) -> Path:
         return self.call(lambda: self.state.sandbox(sandbox_id).directory)
+
+    def definition(self, sandbox_id: str) -> api_pb2.Sandbox:
+        """The definition (lifetime, idle timeout, name...) the sandbox was created with."""
+        return self.call(lambda: self.state.sandbox(sandbox_id).definition)
 
     def expire(self, sandbox_id: str) -> None:
         """End a sandbox as the platform does when its lifetime runs out."""
@@ -666,8 +717,15 @@ class FakeModalServer:
 
         self.call(plan)
 
-    async def _inject_failure(self, event: RecvRequest) -> None:
+    def calls(self) -> Counter[str]:
+        """How many times each RPC was received so far (a copy): subtract two of them to
+        count an operation's round trips."""
+        return self.call(lambda: Counter(self.state.calls))
+
+    async def _on_request(self, event: RecvRequest) -> None:
+        """Count the request, and answer it with a planned failure if there is one."""
         rpc = event.method_name.rsplit("/", 1)[-1]
+        self.state.calls[rpc] += 1
         planned = self.state.failures.pop(rpc, None)
         if planned is None:
             return
@@ -691,7 +749,7 @@ class FakeModalServer:
 
         async def serve() -> None:
             self._server = Server([_ControlPlane(self.state), _CommandRouter(self.state)])
-            listen(self._server, RecvRequest, self._inject_failure)
+            listen(self._server, RecvRequest, self._on_request)
             await self._server.start(sock=listener)
 
         asyncio.run_coroutine_threadsafe(serve(), self._loop).result(timeout=10)

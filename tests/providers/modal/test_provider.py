@@ -4,13 +4,20 @@ service's errors."""
 
 from __future__ import annotations
 
+import gc
+import time
+import warnings
+from typing import Any
+
 import pytest
 from grpclib import Status
 
 from sandbox_sdk import errors
 from sandbox_sdk.provider import get_provider
 from sandbox_sdk.providers.modal import CREATED_AT_TAG, ModalProvider, ModalSandbox
+from sandbox_sdk.providers.modal.provider import MAX_LIFETIME
 from sandbox_sdk.testing import ProviderConformanceTests
+from tests.providers.modal.conftest import make_provider
 from tests.providers.modal.fake_server import FakeModalServer
 
 
@@ -110,13 +117,86 @@ def test_list_filters_by_labels_and_pages_with_cursor(
         modal_server.page_size = 3
 
 
-def test_create_options_pass_through_in_modal_units(provider: ModalProvider) -> None:
-    sandbox = provider.create(timeout=2, env={"FROM_CREATE": "yes"})
+def test_create_options_pass_through(provider: ModalProvider) -> None:
+    sandbox = provider.create(env={"FROM_CREATE": "yes"})
     assert sandbox.execute("echo $FROM_CREATE").output == "yes\n"
     with pytest.raises(errors.InvalidArgumentError, match="unknown Modal sandbox options"):
         provider.create(ttl_minutes=5)
     with pytest.raises(errors.InvalidArgumentError):
         provider.create(labels={CREATED_AT_TAG: "1"})
+
+
+def test_lifetime_is_ttl_and_idle_timeout_in_whole_seconds(
+    provider: ModalProvider, modal_server: FakeModalServer
+) -> None:
+    """Without a ttl a sandbox lives Modal's maximum (24 h), not the SDK's five minutes,
+    and idles for the shared default hour; given values are rounded up to whole seconds."""
+    default = modal_server.definition(provider.create().id)
+    assert (default.timeout_secs, default.idle_timeout_secs) == (MAX_LIFETIME, 3600)
+    chosen = modal_server.definition(provider.create(ttl=90.5, idle_timeout=30).id)
+    assert (chosen.timeout_secs, chosen.idle_timeout_secs) == (91, 30)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"ttl": MAX_LIFETIME + 1}, "over Modal's maximum"),
+        ({"idle_timeout": MAX_LIFETIME + 1}, "over Modal's maximum"),
+        ({"ttl": 0}, "positive number of seconds"),
+        ({"timeout": 600}, "ttl="),
+    ],
+)
+def test_lifetimes_modal_cannot_honour_are_refused_before_creating(
+    provider: ModalProvider, modal_server: FakeModalServer, options: dict[str, Any], message: str
+) -> None:
+    provider.create()  # the app exists: nothing below may reach the service
+    before = modal_server.calls()
+    with pytest.raises(errors.InvalidArgumentError, match=message):
+        provider.create(**options)
+    assert modal_server.calls() == before
+
+
+def test_idle_timeout_ends_an_idle_sandbox_not_a_busy_one(provider: ModalProvider) -> None:
+    sandbox = provider.create(idle_timeout=1)
+    assert sandbox.execute("sleep 2.5; echo busy").output == "busy\n"  # running: not idle
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            provider.get(sandbox.id)
+        except errors.SandboxNotFoundError:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the idle sandbox was not ended")
+    with pytest.raises(errors.SandboxNotFoundError):
+        sandbox.execute("true")
+
+
+def test_close_releases_the_client_without_resource_warnings(modal_server: FakeModalServer) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with make_provider(modal_server, app_name="close-test") as provider:
+            sandbox = provider.create()
+            assert sandbox.execute("echo open").output == "open\n"
+            provider.delete(sandbox_id=sandbox.id)
+        assert provider.client.is_closed()
+        provider.close()  # idempotent
+        del provider, sandbox
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+async def test_aclose_releases_the_client(modal_server: FakeModalServer) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        async with make_provider(modal_server, app_name="close-test") as provider:
+            sandbox = await provider.acreate()
+            assert (await sandbox.aexecute("echo open")).output == "open\n"
+            await provider.adelete(sandbox_id=sandbox.id)
+        assert provider.client.is_closed()
+        del provider, sandbox
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
 
 
 def test_sandbox_lifetime_ends_it(provider: ModalProvider, modal_server: FakeModalServer) -> None:

@@ -66,6 +66,42 @@ def test_timeout_reports_timed_out_with_exit_code_124(sandbox: ModalSandbox) -> 
     assert response.output == "before\n"
 
 
+@pytest.mark.parametrize("via", ["execute", "aexecute"])
+def test_timeout_reported_by_the_worker_as_sigkill_is_still_ours(
+    sandbox: ModalSandbox, modal_server: FakeModalServer, via: str
+) -> None:
+    """A slow start reply lets the worker's kill at ``timeout_secs`` (status 128 + 9) beat
+    the SDK's deadline: still our timeout, 124, not a command that died of SIGKILL."""
+    modal_server.exec_start_delay = 0.5
+    try:
+        if via == "execute":
+            response = sandbox.execute("echo before; sleep 20", timeout=1)
+        else:
+            response = anyio.run(partial(sandbox.aexecute, "echo before; sleep 20", timeout=1))
+    finally:
+        modal_server.exec_start_delay = 0.0
+    assert (response.exit_code, response.timed_out, response.output) == (124, True, "before\n")
+
+
+@pytest.mark.parametrize(
+    ("command", "status"), [("exit 3", 3), ("kill -TERM $$", 143), ("kill -KILL $$", 137)]
+)
+def test_exit_status_of_a_command_and_of_signal_deaths(
+    sandbox: ModalSandbox, command: str, status: int
+) -> None:
+    response = sandbox.execute(command, timeout=30)
+    assert (response.exit_code, response.timed_out) == (status, False)
+
+
+def test_an_execute_costs_three_requests(sandbox: ModalSandbox, modal_server: FakeModalServer) -> None:
+    """Start, one stdout stream, wait: the floor for a command whose output is read while
+    it runs and whose status is not in its output."""
+    sandbox.execute("true")  # the handle's task id and command router are looked up once
+    before = modal_server.calls()
+    assert sandbox.execute("echo counted").output == "counted\n"
+    assert modal_server.calls() - before == {"TaskExecStart": 1, "TaskExecStdioRead": 1, "TaskExecWait": 1}
+
+
 def test_fractional_timeouts_round_up_and_bad_ones_are_refused(sandbox: ModalSandbox) -> None:
     assert sandbox.execute("sleep 0.3; echo done", timeout=0.1).output == "done\n"
     with pytest.raises(errors.InvalidArgumentError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import math
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +19,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxInfo, SandboxPage
 from sandbox_sdk.provider import SandboxProvider, labels_match
+from sandbox_sdk.provider_kit import Lifetime
 from sandbox_sdk.providers.modal._errors import translate_errors
 from sandbox_sdk.providers.modal.sandbox import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT, ModalSandbox
 
@@ -25,12 +27,14 @@ from sandbox_sdk.providers.modal.sandbox import DEFAULT_MAX_OUTPUT_BYTES, DEFAUL
 DEFAULT_APP_NAME = "sandbox-sdk"
 #: Tag recording when we created a sandbox: Modal's list API does not return creation times.
 CREATED_AT_TAG = "sandbox-sdk.created-at"
-#: Options of ``create`` passed straight to ``modal.Sandbox.create`` (Modal's own names and units).
+#: Modal's longest sandbox lifetime (``timeout``), also the longest idle timeout: 24 hours
+#: ("a timeout of up to 24 hours", https://modal.com/docs/guide/sandboxes, Timeouts).
+MAX_LIFETIME = 24 * 3600
+#: Options of ``create`` passed straight to ``modal.Sandbox.create`` (Modal's own names and
+#: units), besides ``ttl`` and ``idle_timeout`` (:class:`~sandbox_sdk.provider_kit.Lifetime`).
 SANDBOX_OPTIONS = frozenset(
     {
         "image",
-        "timeout",
-        "idle_timeout",
         "cpu",
         "memory",
         "region",
@@ -45,10 +49,12 @@ SANDBOX_OPTIONS = frozenset(
 class ModalProvider(SandboxProvider[ModalSandbox]):
     """Modal sandboxes in one app.
 
-    ``create(labels=..., timeout=3600, idle_timeout=600, image=modal.Image...)``:
-    ``timeout`` / ``idle_timeout`` are seconds; other options of
-    :data:`SANDBOX_OPTIONS` go to ``modal.Sandbox.create`` unchanged.
-    ``list`` shows running sandboxes of the app, newest first.
+    ``create(labels=..., ttl=7200, idle_timeout=600, image=modal.Image...)``:
+    ``ttl`` (Modal's ``timeout``, default and maximum 24 hours) and
+    ``idle_timeout`` (default an hour, maximum 24 hours) are seconds, rounded
+    up to whole ones; other options of :data:`SANDBOX_OPTIONS` go to
+    ``modal.Sandbox.create`` unchanged. ``list`` shows running sandboxes of
+    the app, newest first. :meth:`close` closes the Modal client.
     """
 
     name = "modal"
@@ -86,16 +92,32 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
         )
 
     def _create_args(self, labels: dict[str, str], options: dict[str, Any]) -> dict[str, Any]:
+        if "timeout" in options:
+            raise errors.InvalidArgumentError(
+                "a sandbox's lifetime is ttl= (seconds), as on every provider; Modal calls it timeout"
+            )
+        lifetime = Lifetime.from_options(
+            options, platform="Modal", max_ttl=MAX_LIFETIME, max_idle_timeout=MAX_LIFETIME
+        )
         unknown = set(options) - SANDBOX_OPTIONS
         if unknown:
             raise errors.InvalidArgumentError(
-                f"unknown Modal sandbox options {sorted(unknown)}; known: {sorted(SANDBOX_OPTIONS)}"
+                f"unknown Modal sandbox options {sorted(unknown)}; known: ttl, idle_timeout, "
+                f"{', '.join(sorted(SANDBOX_OPTIONS))}"
             )
         for key, value in labels.items():
             if not isinstance(key, str) or not isinstance(value, str) or key == CREATED_AT_TAG:
                 raise errors.InvalidArgumentError(f"invalid label {key!r}={value!r}")
         tags = {**labels, CREATED_AT_TAG: f"{datetime.now(UTC).timestamp():.6f}"}
-        return {"tags": tags, "workdir": self.workdir, "client": self.client, **options}
+        return {
+            "tags": tags,
+            "workdir": self.workdir,
+            "client": self.client,
+            # without a ttl, the platform's maximum: the SDK's default is five minutes
+            "timeout": MAX_LIFETIME if lifetime.ttl is None else math.ceil(lifetime.ttl),
+            "idle_timeout": None if lifetime.idle_timeout is None else math.ceil(lifetime.idle_timeout),
+            **options,
+        }
 
     @staticmethod
     def _info(sandbox_id: str, tags: Mapping[str, str]) -> SandboxInfo:
@@ -119,6 +141,15 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
 
     def _list_query(self, app: modal.App, labels: Mapping[str, str] | None) -> dict[str, Any]:
         return {"app_id": app.app_id, "tags": dict(labels or {}), "client": self.client}
+
+    def close(self) -> None:
+        """Close the Modal client (its connections and background tasks); idempotent.
+        Handles from this provider stop working."""
+        self.client.close()
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`."""
+        await self.client.close.aio()
 
     # -- sync ---------------------------------------------------------------------------
 
@@ -259,4 +290,4 @@ class _Page:
         return SandboxPage(items=self.items, next_cursor=next_cursor)
 
 
-__all__ = ["CREATED_AT_TAG", "DEFAULT_APP_NAME", "ModalProvider"]
+__all__ = ["CREATED_AT_TAG", "DEFAULT_APP_NAME", "MAX_LIFETIME", "ModalProvider"]

@@ -41,6 +41,8 @@ DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 #: Modal refuses an exec whose arguments total more than 64 KiB (``ARG_MAX_BYTES`` in the SDK,
 #: counted in characters, which never exceed bytes). ``bash``, ``-c`` and :data:`PRELUDE` count too.
 MODAL_ARG_MAX = 64 * 1024
+#: How Modal reports an exec its worker killed at ``timeout_secs`` (128 + SIGKILL).
+SIGKILL_EXIT_CODE = 128 + 9
 #: After a command exits, its output is still read until idle this long (background
 #: processes may keep the stream open).
 DRAIN_SECONDS = 0.5
@@ -91,13 +93,25 @@ class _Output:
             with anyio.move_on_after(remaining):
                 await self.closed.wait()
 
-    def response(self, returncode: int) -> ExecuteResponse:
+    def response(self, returncode: int, *, timed_out: bool) -> ExecuteResponse:
         output = bytes(self.kept).decode("utf-8", "replace")
-        if returncode == -1:  # what ContainerProcess.wait() reports for an exec past its timeout
+        if timed_out:
             return ExecuteResponse(
                 output=output, exit_code=TIMEOUT_EXIT_CODE, truncated=self.truncated, timed_out=True
             )
         return ExecuteResponse(output=output, exit_code=returncode, truncated=self.truncated)
+
+
+def killed_at_timeout(returncode: int, elapsed: float, timeout_secs: int) -> bool:
+    """Whether an exec's status means Modal stopped it at its ``timeout_secs``.
+
+    Two reports race: the SDK's own deadline (``wait()`` returns -1) and the worker, which
+    kills the exec at ``timeout_secs`` and reports the signal (``wait()`` returns 128 + 9).
+    The deadline starts only after the start reply, so the worker's report often comes
+    first, and then only the clock tells our kill from a command that died of SIGKILL: the
+    worker's timer starts after our request is sent, so ``elapsed`` (timed from before the
+    request) is past ``timeout_secs`` whenever the worker killed it."""
+    return returncode == -1 or (returncode == SIGKILL_EXIT_CODE and elapsed >= timeout_secs)
 
 
 @dataclass(frozen=True)
@@ -125,7 +139,8 @@ class ModalSandbox(BaseSandbox):
     ``aexecute`` uses the SDK's native ``.aio`` API (``execute`` runs it on a
     private event loop thread). A command past its timeout is killed by Modal
     (``exec(timeout=)``, whole seconds, rounded up) and reported with
-    ``timed_out=True`` and exit code 124, as the other providers do.
+    ``timed_out=True`` and exit code 124, as the other providers do, however
+    Modal reported it (see :func:`killed_at_timeout`).
     ``upload_files`` / ``download_files`` (and their async twins) go through
     ``sandbox.filesystem`` (blocking / ``.aio``); relative paths are taken from
     :meth:`working_directory`.
@@ -188,22 +203,24 @@ class ModalSandbox(BaseSandbox):
         script = self._check_command(command)
         seconds = self._exec_timeout(timeout)
         output = _Output(self.max_output_bytes)
+        started = time.monotonic()
         with translate_errors(f"execute in {self.id}"):
             process = await self.sandbox.exec.aio(
                 "bash", "-c", script, timeout=seconds, workdir=self._workdir, text=False
             )
-            returncode = -1
+            returncode, elapsed = -1, 0.0
             async with anyio.create_task_group() as group:
                 group.start_soon(output.read, process.stdout)
                 try:
                     returncode = await process.wait.aio()
+                    elapsed = time.monotonic() - started
                     await output.drained(DRAIN_SECONDS)
                 except Exception as exc:  # noqa: BLE001 - raised below, outside the task group
                     output.failures.append(exc)
                 group.cancel_scope.cancel()
             if output.failures:  # as itself (not an exception group), to be translated
                 raise output.failures[0]
-        return output.response(returncode)
+        return output.response(returncode, timed_out=killed_at_timeout(returncode, elapsed, seconds))
 
     # -- native transfers ------------------------------------------------------------------
 
