@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ from e2b import (
     FileNotFoundException,
     InvalidArgumentException,
     Sandbox,
+    SandboxException,
     SandboxNotRunningException,
     SandboxQuery,
     TimeoutException,
@@ -158,3 +160,53 @@ async def test_async_sdk_against_the_fake(fake_e2b: FakeE2BServer, sdk_async_san
     assert (home / "x/z.txt").read_bytes() == b"async"
     paginator = AsyncSandbox.list(api_key=API_KEY, api_url=fake_e2b.url, sandbox_url=fake_e2b.url)
     assert sdk_async_sandbox.sandbox_id in {s.sandbox_id for s in await paginator.next_items()}
+
+
+def test_deadline_moves_only_by_connect_and_set_timeout(fake_e2b: FakeE2BServer, options: ApiParams) -> None:
+    """set_timeout moves the end either way; connect only lengthens it; use does
+    not move it; at the end a timer kills the sandbox with no request needed."""
+    sandbox = Sandbox.create(timeout=60, **options)
+    stored = fake_e2b.sandbox(sandbox.sandbox_id)
+    sandbox.set_timeout(600)
+    assert 590 < (stored.end_at - stored.started_at).total_seconds() <= 601
+    Sandbox.connect(sandbox.sandbox_id, timeout=30, **options)
+    assert (stored.end_at - stored.started_at).total_seconds() > 590
+    sandbox.set_timeout(3)
+    before = stored.end_at
+    sandbox.commands.run("true")
+    assert stored.end_at == before
+    sandbox.commands.run("sleep 30", background=True, timeout=0)
+    deadline = time.monotonic() + 10
+    while sandbox.sandbox_id in fake_e2b.sandboxes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandbox.sandbox_id not in fake_e2b.sandboxes
+    assert not stored.home.exists() and not stored.processes
+
+
+def test_maximum_uptime(tmp_path: Path) -> None:
+    """Timeouts over the team's maximum are refused on create and connect;
+    set_timeout stops at start plus the maximum."""
+    fake = FakeE2BServer(api_key=API_KEY, base_dir=tmp_path, max_lifetime=3600)
+    fake.start()
+    try:
+        params = ApiParams(api_key=API_KEY, api_url=fake.url, sandbox_url=fake.url)
+        with pytest.raises(SandboxException, match="cannot be greater than 1 hours"):
+            Sandbox.create(timeout=3601, **params)
+        sandbox = Sandbox.create(timeout=60, **params)
+        with pytest.raises(SandboxException, match="cannot be greater than 1 hours"):
+            Sandbox.connect(sandbox.sandbox_id, timeout=7200, **params)
+        sandbox.set_timeout(86_400)
+        stored = fake.sandbox(sandbox.sandbox_id)
+        assert (stored.end_at - stored.started_at).total_seconds() <= 3600
+    finally:
+        fake.stop()
+
+
+def test_signal_deaths_read_as_go_prints_them(sdk_sandbox: Sandbox) -> None:
+    for command, text in [
+        ("kill -TERM $$", "signal: terminated"),
+        ("kill -SEGV $$", "signal: segmentation fault"),
+    ]:
+        with pytest.raises(CommandExitException) as exited:
+            sdk_sandbox.commands.run(command)
+        assert (exited.value.exit_code, exited.value.error) == (-1, text)

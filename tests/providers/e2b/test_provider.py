@@ -407,3 +407,23 @@ async def test_close_leaves_no_unclosed_resources(fake_e2b: FakeE2BServer) -> No
         gc.collect()
     leaks = [w for w in caught if issubclass(w.category, ResourceWarning) or "Unclosed" in str(w.message)]
     assert leaks == []
+
+
+def test_a_failed_extension_fails_the_call_and_is_retried_on_the_next(
+    fake_e2b: FakeE2BServer, provider: E2BProvider
+) -> None:
+    sandbox = provider.create(idle_timeout=2)
+    try:
+        time.sleep(0.3)
+        fake_e2b.fail_next(503, "busy extending")
+        with pytest.raises(errors.ProviderUnavailableError, match="busy extending") as raised:
+            sandbox.execute("touch never-ran")
+        assert raised.value.__cause__ is not raised.value
+        before = len(fake_e2b.requests)
+        assert sandbox.execute("ls").output == ""
+        assert fake_e2b.requests[before:] == [
+            ("POST", f"/sandboxes/{sandbox.id}/timeout"),
+            ("POST", "/process.Process/Start"),
+        ]
+    finally:
+        provider.delete(sandbox_id=sandbox.id)

@@ -254,6 +254,8 @@ class _CommandRun:
 
     def failed(self, exc: Exception) -> ExecuteResponse:
         """The response for a run that raised, or the typed error to raise."""
+        if isinstance(exc, errors.SandboxError):  # typed already (the keep-alive's)
+            raise exc
         if isinstance(exc, CommandExitException):
             if exc.exit_code >= 0:
                 return self.response(exc.exit_code)
