@@ -9,13 +9,12 @@ directories or files they could not read instead of silently skipping them.
 from __future__ import annotations
 
 import os
-import re
 import stat
 
 from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, b64, entry, json_size, path_arg, unb64
 
 if TYPE_CHECKING:
-    from typing import Callable, Iterator, List, Pattern, Set, Tuple, TypedDict
+    from typing import Callable, Iterator, List, Optional, Pattern, Set, Tuple, TypedDict
 
     from sandbox_sdk.remote._runtime import Args, Blobs, Entry
 
@@ -35,8 +34,8 @@ if TYPE_CHECKING:
 
 
 SNIFF_BYTES = 8192
-MAGIC = re.compile(rb"[*?\[{]")
-CLASS_SPECIAL = re.compile(rb"[\\\[\]&~|^]")
+#: Bytes that make a glob segment a pattern rather than a name.
+MAGIC = b"*?[{"
 
 
 def expand_braces(pattern: bytes) -> List[bytes]:
@@ -83,6 +82,8 @@ def split_top_level(body: bytes) -> List[bytes]:
 def translate(pattern: bytes) -> bytes:
     """A glob as regex source: ``*``, ``?`` and ``[...]`` never match ``/``;
     a whole ``**`` segment matches any number of directories."""
+    import re  # only where a pattern is compiled: importing it costs a round trip ~10 ms
+
     out = bytearray()
     i = 0
     while i < len(pattern):
@@ -118,15 +119,20 @@ def bracket(pattern: bytes, start: int) -> Tuple[bytes, int]:
     end = pattern.find(b"]", body_start)
     if end < 0:
         return b"\\[", start
+    import re
+
     body = pattern[start:end]
     negate = body[:1] in (b"!", b"^")
     if negate:
         body = body[1:]
     # Only ``-`` keeps its meaning; escapes, brackets and set operators are characters.
-    return b"[" + (b"^" if negate else b"") + CLASS_SPECIAL.sub(rb"\\\g<0>", body) + b"]", end + 1
+    special = re.compile(rb"[\\\[\]&~|^]")
+    return b"[" + (b"^" if negate else b"") + special.sub(rb"\\\g<0>", body) + b"]", end + 1
 
 
 def compile_glob(pattern: bytes) -> Pattern[bytes]:
+    import re
+
     try:
         return re.compile(translate(pattern) + b"\\Z", re.DOTALL)
     except re.error as exc:  # a reversed range such as ``[z-a]``
@@ -199,7 +205,7 @@ class Walker:
                     self.add(child)
                 if is_dir:
                     self.match(child, segments)
-        elif not MAGIC.search(segment):
+        elif not any(ch in MAGIC for ch in segment):
             child = os.path.join(rel, segment)
             if self.exists(child):
                 self.match(child, rest)
@@ -245,8 +251,10 @@ def glob(args: Args, blobs: Blobs) -> Tuple[GlobReply, Blobs]:
     }, []
 
 
-def walk_files(root: bytes, unreadable: List[bytes]) -> Iterator[Tuple[bytes, bytes]]:
-    """(path, path relative to root) of every regular file below ``root``."""
+def walk_files(root: bytes) -> Iterator[Tuple[bytes, Optional[bytes]]]:
+    """(path, path relative to root) of every regular file below ``root``,
+    and (path, ``None``) for each directory or entry that could not be read,
+    in walk order."""
     stack = [b""]
     while stack:
         rel = stack.pop()
@@ -254,7 +262,7 @@ def walk_files(root: bytes, unreadable: List[bytes]) -> Iterator[Tuple[bytes, by
             with os.scandir(os.path.join(root, rel) if rel else root) as it:
                 entries = sorted(it, key=lambda e: e.name, reverse=True)
         except OSError:
-            unreadable.append(os.path.join(root, rel) if rel else root)
+            yield (os.path.join(root, rel) if rel else root), None
             continue
         for e in entries:
             child = os.path.join(rel, e.name)
@@ -264,7 +272,7 @@ def walk_files(root: bytes, unreadable: List[bytes]) -> Iterator[Tuple[bytes, by
                 elif e.is_file(follow_symlinks=True):
                     yield os.path.join(root, child), child
             except OSError:
-                unreadable.append(os.path.join(root, child))
+                yield os.path.join(root, child), None
 
 
 def file_filter(pattern: bytes) -> Callable[[bytes], bool]:
@@ -276,61 +284,269 @@ def file_filter(pattern: bytes) -> Callable[[bytes], bool]:
     return lambda rel: any(r.match(rel) for r in regexes)
 
 
+#: Files (and argument bytes) one run of GNU grep is given.
+GREP_BATCH_FILES = 1000
+GREP_BATCH_BYTES = 64 * 1024
+READ_BLOCK = 1 << 16
+#: What a file of the walk turned out to be (``UNREADABLE`` also stands for
+#: what the walk itself could not read).
+TEXT, BINARY, UNREADABLE, OTHER = range(4)
+
+
 def grep(args: Args, blobs: Blobs) -> Tuple[GrepReply, Blobs]:
     root = path_arg(args)
-    text = unb64(args["pattern"]).decode("utf-8", "surrogateescape")
-    flags = re.IGNORECASE if args["ignore_case"] else 0
-    try:
-        regex = re.compile(re.escape(text) if args["fixed_strings"] else text, flags)
-    except re.error as exc:
-        raise Fail("INVALID_ARGUMENT", "invalid regular expression: %s" % exc) from None
+    pattern = unb64(args["pattern"])
+    matcher = line_matcher(pattern, args["fixed_strings"], args["ignore_case"])
     selected = file_filter(unb64(args["glob"])) if args.get("glob") is not None else None
-    limit = args["max_matches"]
-    line_cap = args["max_line_bytes"]
-    budget = args["budget"]
-    unreadable: List[bytes] = []
-    matches: List[GrepLine] = []
-    truncated = False
-    skipped_binary = 0
+    search = Search(matcher, args["max_matches"], args["max_line_bytes"], args["budget"])
     st = os.stat(root)
-    files = (
-        walk_files(root, unreadable) if stat.S_ISDIR(st.st_mode) else iter([(root, os.path.basename(root))])
-    )
-    for path, rel in files:
-        if selected is not None and not selected(rel):
-            continue
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            with os.fdopen(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    continue
-                if b"\0" in f.read(SNIFF_BYTES):
-                    skipped_binary += 1
-                    continue
-                f.seek(0)
-                for number, raw in enumerate(f, 1):
-                    line = raw.rstrip(b"\r\n")
-                    if not regex.search(line.decode("utf-8", "surrogateescape")):
-                        continue
-                    if len(matches) >= limit:
-                        truncated = True
-                        break
-                    match = (b64(path), number, b64(line[:line_cap]), len(line) > line_cap)
-                    budget -= json_size(match)
-                    if budget < 0:
-                        truncated = True
-                        break
-                    matches.append(match)
-        except OSError:
-            unreadable.append(path)
-        if truncated:
+    walk = walk_files(root) if stat.S_ISDIR(st.st_mode) else iter([(root, os.path.basename(root))])
+    # (path, whether it is a file to search): unreadable places stay in walk order.
+    items = ((path, rel is not None) for path, rel in walk if not (rel and selected and not selected(rel)))
+    # GNU grep finds a fixed string's lines far faster than a Python loop. A
+    # Python match is always a byte match too, so grep's lines (searched as
+    # bytes) are a superset that the same regex then checks: the result is
+    # the same either way.
+    grep_exe = find_program(b"grep") if args["fixed_strings"] and not args["ignore_case"] else None
+    for batch in batches(items) if grep_exe is not None else ([item] for item in items):
+        if grep_exe is None or not search.grep_batch(grep_exe, pattern, batch):
+            search.python_batch(batch)
+        if search.truncated:
             break
     return {
-        "matches": matches,
-        "truncated": truncated,
-        "unreadable": [b64(p) for p in unreadable],
-        "skipped_binary": skipped_binary,
+        "matches": search.matches,
+        "truncated": search.truncated,
+        "unreadable": [b64(p) for p in search.unreadable],
+        "skipped_binary": search.skipped_binary,
     }, []
+
+
+def line_matcher(pattern: bytes, fixed_strings: bool, ignore_case: bool) -> Callable[[bytes], bool]:
+    """Whether a line (bytes, no newline) matches: the pattern searched in the
+    line decoded as UTF-8 (undecodable bytes kept as surrogates). A fixed
+    string that is valid UTF-8 is found in the line's bytes exactly where it
+    is found in that text (a valid sequence decodes the same wherever it
+    starts), with no ``re`` to import."""
+    if fixed_strings and not ignore_case:
+        try:
+            pattern.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            return lambda line: pattern in line
+    import re
+
+    text = pattern.decode("utf-8", "surrogateescape")
+    try:
+        regex = re.compile(re.escape(text) if fixed_strings else text, re.IGNORECASE if ignore_case else 0)
+    except re.error as exc:
+        raise Fail("INVALID_ARGUMENT", "invalid regular expression: %s" % exc) from None
+    return lambda line: regex.search(line.decode("utf-8", "surrogateescape")) is not None
+
+
+def find_program(name: bytes) -> Optional[bytes]:
+    """``name``'s executable on ``PATH`` (``shutil.which`` would cost an import)."""
+    for folder in os.environb.get(b"PATH", b"").split(b":"):
+        candidate = os.path.join(folder or b".", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def batches(items: Iterator[Tuple[bytes, bool]]) -> Iterator[List[Tuple[bytes, bool]]]:
+    """``items`` in groups whose files fit one command line."""
+    batch: List[Tuple[bytes, bool]] = []
+    size = 0
+    for item in items:
+        batch.append(item)
+        size += len(item[0]) + 1
+        if len(batch) >= GREP_BATCH_FILES or size >= GREP_BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def classify(path: bytes) -> int:
+    """What ``path`` is: a regular text file (no NUL in its first bytes),
+    binary, unreadable, or something else (never opened blocking)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return UNREADABLE
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return OTHER
+        return BINARY if b"\0" in os.read(fd, SNIFF_BYTES) else TEXT
+    except OSError:
+        return UNREADABLE
+    finally:
+        os.close(fd)
+
+
+class Search:
+    """The matches of one grep, file by file in walk order, within its caps."""
+
+    def __init__(self, matches: Callable[[bytes], bool], limit: int, line_cap: int, budget: int) -> None:
+        self.line_matches = matches
+        self.limit = limit
+        self.line_cap = line_cap
+        self.budget = budget
+        self.matches: List[GrepLine] = []
+        self.unreadable: List[bytes] = []
+        self.truncated = False
+        self.skipped_binary = 0
+
+    def count(self, path: bytes, kind: int) -> None:
+        if kind == BINARY:
+            self.skipped_binary += 1
+        elif kind == UNREADABLE:
+            self.unreadable.append(path)
+
+    def add(self, path: bytes, number: int, raw: bytes) -> bool:
+        """Record line ``number`` (``raw``, newline or not) if it matches;
+        ``False`` once the caps are reached."""
+        line = raw.rstrip(b"\r\n")
+        if not self.line_matches(line):
+            return True
+        if len(self.matches) >= self.limit:
+            self.truncated = True
+            return False
+        match = (b64(path), number, b64(line[: self.line_cap]), len(line) > self.line_cap)
+        self.budget -= json_size(match)
+        if self.budget < 0:
+            self.truncated = True
+            return False
+        self.matches.append(match)
+        return True
+
+    def python_batch(self, batch: List[Tuple[bytes, bool]]) -> None:
+        """Search the files of ``batch`` line by line in Python."""
+        for path, is_file in batch:
+            kind = classify(path) if is_file else UNREADABLE
+            if kind != TEXT:
+                self.count(path, kind)
+                continue
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                with os.fdopen(fd, "rb") as f:
+                    for number, raw in enumerate(f, 1):
+                        if not self.add(path, number, raw):
+                            return
+            except OSError:
+                self.unreadable.append(path)
+
+    def grep_batch(self, grep_exe: bytes, pattern: bytes, batch: List[Tuple[bytes, bool]]) -> bool:
+        """Search the files of ``batch`` with one GNU grep run (an argument
+        vector, no shell), taking its lines as :meth:`python_batch` would;
+        ``False`` (and nothing taken) if grep failed. The files are sniffed
+        for binary content while grep runs."""
+        files = [path for path, is_file in batch if is_file]
+        grep_run = GrepRun(grep_exe, pattern, files) if files else None
+        kinds = [(path, classify(path) if is_file else UNREADABLE) for path, is_file in batch]
+        replay = Replay(self, kinds)
+        if grep_run is None:
+            return replay.finish()
+        before = (len(self.matches), self.budget, len(self.unreadable), self.skipped_binary)
+        if grep_run.feed(replay):
+            return True
+        del self.matches[before[0] :]
+        del self.unreadable[before[2] :]
+        self.budget, self.skipped_binary, self.truncated = before[1], before[3], False
+        return False
+
+
+class GrepRun:
+    """One GNU grep process over some files: ``-a`` (every byte is text:
+    the script decides what is binary), ``-F -n -H -Z``, devices and
+    directories skipped, the C locale (bytes, not characters)."""
+
+    def __init__(self, grep_exe: bytes, pattern: bytes, paths: List[bytes]) -> None:
+        argv = [grep_exe, b"-a", b"-F", b"-n", b"-H", b"-Z", b"-D", b"skip", b"-d", b"skip"]
+        argv += [b"-e", pattern, b"--", *paths]
+        self.read_end, write_end = os.pipe()
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            self.pid = os.posix_spawn(
+                grep_exe,
+                argv,
+                {b"LC_ALL": b"C"},
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, null, 0),
+                    (os.POSIX_SPAWN_DUP2, write_end, 1),
+                    (os.POSIX_SPAWN_DUP2, null, 2),
+                ],
+            )
+        finally:
+            os.close(write_end)
+            os.close(null)
+
+    def feed(self, replay: Replay) -> bool:
+        """Give grep's output to ``replay``; ``False`` if grep failed or its
+        output did not read as expected."""
+        try:
+            taken = replay.take(self.read_end)
+        finally:
+            os.close(self.read_end)  # a grep still writing ends on SIGPIPE
+            _, status = os.waitpid(self.pid, 0)
+        if replay.search.truncated:
+            return taken
+        return taken and os.WIFEXITED(status) and os.WEXITSTATUS(status) in (0, 1)
+
+
+class Replay:
+    """Takes grep's lines into a :class:`Search` in walk order: a line of a
+    text file is checked and added; the binary and unreadable files of the
+    batch are counted as the walk reaches them, so that caps cut the result
+    where the Python search would."""
+
+    def __init__(self, search: Search, kinds: List[Tuple[bytes, int]]) -> None:
+        self.search = search
+        self.kinds = kinds
+        self.next = 0  # the first item not yet reached
+        self.current = (b"", OTHER)  # the item whose lines come now
+
+    def reach(self, path: bytes) -> bool:
+        """Count the items up to ``path``; ``False`` if it is not further on."""
+        while self.next < len(self.kinds):
+            self.current = self.kinds[self.next]
+            self.next += 1
+            self.search.count(*self.current)
+            if self.current[0] == path:
+                return True
+        return False
+
+    def finish(self) -> bool:
+        """Count what is left of the batch."""
+        self.reach(b"")  # no item has an empty path
+        return True
+
+    def take(self, fd: int) -> bool:
+        """Take the lines of grep's ``-HnZ`` output (``path NUL number : line
+        LF``) read from ``fd``; ``False`` if it does not read as that."""
+        buffer = b""
+        while True:
+            block = os.read(fd, READ_BLOCK)
+            if not block:
+                break
+            buffer += block
+            start = 0
+            while True:
+                nul = buffer.find(b"\0", start)
+                end = buffer.find(b"\n", nul + 1) if nul >= 0 else -1
+                if end < 0:
+                    break
+                colon = buffer.find(b":", nul + 1, end)
+                path = buffer[start:nul]
+                number = buffer[nul + 1 : colon]
+                if colon < 0 or not number.isdigit() or (path != self.current[0] and not self.reach(path)):
+                    return False
+                line = buffer[colon + 1 : end]
+                if self.current[1] == TEXT and not self.search.add(path, int(number), line):
+                    return True
+                start = end + 1
+            buffer = buffer[start:]
+        return not buffer and self.finish()
 
 
 OPS = {"glob": glob, "grep": grep}
