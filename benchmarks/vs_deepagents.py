@@ -349,24 +349,22 @@ def row(name: str, samples: dict[str, Sample]) -> str:
     )
 
 
-def run_table(root: Path, latency_ms: float, repeat: int, transfer_mib: list[int], small_ops: bool) -> None:
+def run_table(root: Path, latency_ms: float, repeat: int, transfer_mib: list[int], only: list[str]) -> None:
     wires = {name: Wire(root, latency_ms / 1000) for name in ("ours", "reference")}
     sides = [
         Side("ours", Ours(wires["ours"]), wires["ours"]),
         Side("reference", Reference(wires["reference"]), wires["reference"]),
     ]
-    operations: list[tuple[str, Op, int]] = []
-    if small_ops:
-        operations += [
-            ("write 1 KiB", op_write, repeat),
-            ("read 2,000 lines", op_read, repeat),
-            ("edit", op_edit, repeat),
-            ("glob `**/*.py`, 10k files", op_glob, repeat),
-            ("ls, 1,000 entries", op_ls, repeat),
-            ("grep literal, 500 files", op_grep, repeat),
-            ("100 x 1 KiB files up", op_small_up, max(3, repeat // 3)),
-            ("100 x 1 KiB files down", op_small_down, max(3, repeat // 3)),
-        ]
+    operations: list[tuple[str, Op, int]] = [
+        ("write 1 KiB", op_write, repeat),
+        ("read 2,000 lines", op_read, repeat),
+        ("edit", op_edit, repeat),
+        ("glob `**/*.py`, 10k files", op_glob, repeat),
+        ("ls, 1,000 entries", op_ls, repeat),
+        ("grep literal, 500 files", op_grep, repeat),
+        ("100 x 1 KiB files up", op_small_up, max(3, repeat // 3)),
+        ("100 x 1 KiB files down", op_small_down, max(3, repeat // 3)),
+    ]
     for mib in transfer_mib:
         rounds = 3 if mib <= 50 else 1
         payloads = {"random": random.Random(mib).randbytes(mib * MIB), "source code": source_code(mib * MIB)}
@@ -379,6 +377,8 @@ def run_table(root: Path, latency_ms: float, repeat: int, transfer_mib: list[int
     print("| operation | ours ms | reference ms | ours / ref | round trips | output bytes (ours / ref) |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, op, rounds in operations:
+        if only and not any(word in name for word in only):
+            continue
         print(row(name, measure(sides, op, rounds)), flush=True)
 
 
@@ -450,6 +450,7 @@ def main() -> None:
     )
     parser.add_argument("--latency-transfer-mib", type=int, nargs="*", default=[10])
     parser.add_argument("--rss", action="store_true", help="client peak RSS for 200 MiB each way")
+    parser.add_argument("--only", nargs="*", default=[], help="operations whose name has one of these")
     parser.add_argument("--rss-one", nargs=3, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.rss_one:
@@ -467,9 +468,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         root = Path(work)
         build_tree(root)
-        run_table(root, 0, options.repeat, options.transfer_mib, small_ops=True)
+        run_table(root, 0, options.repeat, options.transfer_mib, options.only)
         for latency in options.latency_ms:
-            run_table(root, latency, options.repeat, options.latency_transfer_mib, small_ops=True)
+            run_table(root, latency, options.repeat, options.latency_transfer_mib, options.only)
     if options.rss:
         rss_table(200)
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")

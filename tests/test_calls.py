@@ -62,7 +62,7 @@ def test_yield_from_a_call_returns_its_decoded_reply() -> None:
     def perform(call: Call[Any]) -> Any:
         _, nonce = call.command(10**6)
         nonces.append(nonce)
-        return call.decode(frame(nonce, {"entries": [], "next": 7}, b"x"), nonce)
+        return call.decode(frame(nonce, {"next": 7}, b"x"), nonce)
 
     assert _kernel.run(operation(), perform) == (7, 1)
     assert len(nonces) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 import pytest
@@ -12,13 +13,18 @@ SMALL_OUTPUT = 16 * 1024
 LONG_NAME = "n" * 200
 
 
+def random_names(count: int) -> list[str]:
+    """Long names that do not compress: listings travel compressed."""
+    return sorted(secrets.token_hex(100) for _ in range(count))
+
+
 @pytest.fixture
 def small(tmp_path: Path) -> LocalSandbox:
     return LocalSandbox(tmp_path, max_output_bytes=SMALL_OUTPUT)
 
 
 def test_ls_pages_a_directory_larger_than_one_output(small: LocalSandbox, tmp_path: Path) -> None:
-    names = sorted(f"{LONG_NAME}{i:04d}" for i in range(300))
+    names = random_names(300)
     for name in names:
         (tmp_path / name).touch()
     assert [e.name for e in small.ls(".")] == names
@@ -34,8 +40,8 @@ def test_grep_flags_truncation_instead_of_failing(small: LocalSandbox, tmp_path:
 
 
 def test_glob_flags_truncation_instead_of_failing(small: LocalSandbox, tmp_path: Path) -> None:
-    for i in range(300):
-        (tmp_path / f"{LONG_NAME}{i:04d}").touch()
+    for name in random_names(300):
+        (tmp_path / name).touch()
     result = small.glob("*")
     assert result.truncated
     assert 0 < len(result.matches) < 300

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sandbox_sdk.remote import _runtime, read, search
+from sandbox_sdk.remote import _runtime, read
 
 
 @pytest.mark.parametrize(
@@ -22,7 +22,7 @@ from sandbox_sdk.remote import _runtime, read, search
     ],
 )
 def test_expand_braces(pattern: bytes, expanded: list[bytes]) -> None:
-    assert search.expand_braces(pattern) == expanded
+    assert _runtime.expand_braces(pattern) == expanded
 
 
 @pytest.mark.parametrize(
@@ -38,7 +38,7 @@ def test_expand_braces(pattern: bytes, expanded: list[bytes]) -> None:
     ],
 )
 def test_glob_translation(pattern: bytes, matching: list[bytes], not_matching: list[bytes]) -> None:
-    regex = search.compile_glob(pattern)
+    regex = _runtime.compile_glob(pattern)
     assert all(regex.match(m) for m in matching)
     assert not any(regex.match(m) for m in not_matching)
 

@@ -18,13 +18,17 @@ The operation's name picks the module that runs it.
 
 from __future__ import annotations
 
+import base64
+import json
+import posixpath
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, cast
 
 from sandbox_sdk import errors, protocol
-from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.models import ExecuteResponse, FileInfo, FileType, GlobResult, GrepMatch, GrepResult
 from sandbox_sdk.protocol import Blob, LazyBlob
 
 if TYPE_CHECKING:
@@ -32,9 +36,10 @@ if TYPE_CHECKING:
     from sandbox_sdk.remote.archive import CreateReply, ExtractReply
     from sandbox_sdk.remote.edit import EditedReply, EditReply
     from sandbox_sdk.remote.get import ChunkReply, GetManyReply
+    from sandbox_sdk.remote.glob import GlobReply
+    from sandbox_sdk.remote.grep import GrepReply
     from sandbox_sdk.remote.ls import LsReply
     from sandbox_sdk.remote.read import ReadReply
-    from sandbox_sdk.remote.search import GlobReply, GrepReply
     from sandbox_sdk.remote.write import LandedReply, PutManyReply, SettledReply, SizeReply
 
 R = TypeVar("R")
@@ -187,7 +192,7 @@ class Script(Generic[V]):
 
 
 # The operations of remote/ls.py, read.py, get.py, write.py, edit.py, fs.py,
-# search.py and archive.py (run.py's is RunCall), each typed by its reply.
+# glob.py, grep.py and archive.py (run.py's is RunCall), each typed by its reply.
 LS: Script[LsReply] = Script("ls")
 STAT: Script[Entry] = Script("stat")
 READ: Script[ReadReply] = Script("read")
@@ -208,3 +213,58 @@ GREP: Script[GrepReply] = Script("grep")
 CREATE_ARCHIVE: Script[CreateReply] = Script("create")
 EXTRACT_ARCHIVE: Script[ExtractReply] = Script("extract")
 ARCHIVE_EXTRACTED: Script[LandedReply] = Script("extracted")
+
+
+# -- replies decoded into results ------------------------------------------------------
+
+#: The letters of a listing's ``types`` column (remote/_runtime.py, TYPE_LETTERS).
+FILE_TYPES: dict[str, FileType] = {"f": "file", "d": "dir", "s": "symlink", "o": "other"}
+
+
+def _info(path: str, type_: FileType, size: int, mtime: float, mode: int) -> FileInfo:
+    name = posixpath.basename(path.rstrip("/")) or path
+    return FileInfo(path=path, name=name, type=type_, size=size, mtime=mtime, mode=mode)
+
+
+def file_info(item: Entry) -> FileInfo:
+    """A :class:`~sandbox_sdk.models.FileInfo` from a script's entry (``stat``)."""
+    path = protocol.decode_path(item["path"])
+    return _info(path, item["type"], item["size"], item["mtime"], item["mode"])
+
+
+def listing(packed: Blob) -> list[FileInfo]:
+    """The entries of a listing (``ls``, ``glob``): zlib-compressed JSON
+    columns, a path given as its base64 only where it is not valid UTF-8."""
+    try:
+        columns = json.loads(zlib.decompress(packed))
+        paths = [p if isinstance(p, str) else protocol.decode_path(p[0]) for p in columns["paths"]]
+        types = [FILE_TYPES[letter] for letter in columns["types"]]
+        rows = zip(paths, types, columns["sizes"], columns["mtimes"], columns["modes"], strict=True)
+        return [_info(*row) for row in rows]
+    except (zlib.error, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise errors.SandboxRuntimeError(f"malformed listing from the sandbox: {exc!r}") from None
+
+
+def glob_result(value: GlobReply, blobs: list[Blob]) -> GlobResult:
+    return GlobResult(
+        matches=listing(blobs[0]),
+        truncated=value["truncated"],
+        unreadable=[protocol.decode_path(p) for p in value["unreadable"]],
+    )
+
+
+def grep_result(value: GrepReply) -> GrepResult:
+    return GrepResult(
+        matches=[
+            GrepMatch(
+                path=protocol.decode_path(p),
+                line_number=n,
+                line=base64.b64decode(text).decode("utf-8", "replace"),
+                line_truncated=cut,
+            )
+            for p, n, text, cut in value["matches"]
+        ],
+        truncated=value["truncated"],
+        unreadable=[protocol.decode_path(p) for p in value["unreadable"]],
+        skipped_binary=value["skipped_binary"],
+    )

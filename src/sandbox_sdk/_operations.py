@@ -17,10 +17,8 @@ paged in as few round trips as the budgets allow; the transfers live in
 
 from __future__ import annotations
 
-import base64
 import io
 import os
-import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
@@ -40,6 +38,10 @@ from sandbox_sdk._calls import (
     RunCall,
     ShellCall,
     check_command,
+    file_info,
+    glob_result,
+    grep_result,
+    listing,
 )
 from sandbox_sdk._core import (
     CLEANUP_TIMEOUT,
@@ -61,7 +63,6 @@ from sandbox_sdk.models import (
     FileInfo,
     FileUploadResponse,
     GlobResult,
-    GrepMatch,
     GrepResult,
     ReadResult,
     WriteResult,
@@ -74,8 +75,7 @@ from sandbox_sdk.transfer._sources import Tally
 from sandbox_sdk.transfer._staging import COMMIT_REFUSED, discard, remove_staged, stage
 
 if TYPE_CHECKING:
-    from sandbox_sdk.remote._runtime import Entry
-    from sandbox_sdk.remote.search import GlobReply, GrepReply
+    pass
 
 R = TypeVar("R")
 
@@ -123,8 +123,8 @@ class SandboxOperations(SandboxCore):
         start: int | None = 0
         while start is not None:
             args = {"path": encoded, "start": start, "budget": self._result_budget()}
-            value, _ = yield from LS(args, what=f"ls {os.fsdecode(path)!r}")
-            entries.extend(file_info(item) for item in value["entries"])
+            value, (packed,) = yield from LS(args, what=f"ls {os.fsdecode(path)!r}")
+            entries.extend(listing(packed))
             start = value["next"]
         return entries
 
@@ -222,8 +222,7 @@ class SandboxOperations(SandboxCore):
             "max_results": check_int("max_results", max_results, 1),
             "budget": self._result_budget(),
         }
-        value, _ = yield from GLOB(args, what=f"glob {pattern!r}")
-        return _glob_result(value)
+        return glob_result(*(yield from GLOB(args, what=f"glob {pattern!r}")))
 
     def _op_grep(
         self,
@@ -251,7 +250,7 @@ class SandboxOperations(SandboxCore):
             "budget": self._result_budget(),
         }
         value, _ = yield from GREP(args, what=f"grep {pattern!r}")
-        return _grep_result(value)
+        return grep_result(value)
 
     # -- delete / mkdir ------------------------------------------------------------------
 
@@ -322,19 +321,6 @@ class SandboxOperations(SandboxCore):
         ``local_dir`` (``..``, absolute names, links pointing out) are refused
         before anything is written."""
         return download_dir(self, remote_dir, local_dir, progress)
-
-
-def file_info(item: Entry) -> FileInfo:
-    """A :class:`~sandbox_sdk.models.FileInfo` from a script's entry."""
-    path = protocol.decode_path(item["path"])
-    return FileInfo(
-        path=path,
-        name=posixpath.basename(path.rstrip("/")) or path,
-        type=item["type"],
-        size=item["size"],
-        mtime=item["mtime"],
-        mode=item["mode"],
-    )
 
 
 def _run_args(command: bytes, cwd: PathArg | None, env: Mapping[str, str] | None) -> dict[str, Any]:
@@ -417,28 +403,3 @@ def _pattern(pattern: str) -> str:
     if not isinstance(pattern, str) or not pattern:
         raise errors.InvalidArgumentError("pattern must be a non-empty str")
     return protocol.encode_path(pattern)
-
-
-def _glob_result(value: GlobReply) -> GlobResult:
-    return GlobResult(
-        matches=[file_info(item) for item in value["matches"]],
-        truncated=value["truncated"],
-        unreadable=[protocol.decode_path(p) for p in value["unreadable"]],
-    )
-
-
-def _grep_result(value: GrepReply) -> GrepResult:
-    return GrepResult(
-        matches=[
-            GrepMatch(
-                path=protocol.decode_path(p),
-                line_number=n,
-                line=base64.b64decode(text).decode("utf-8", "replace"),
-                line_truncated=cut,
-            )
-            for p, n, text, cut in value["matches"]
-        ],
-        truncated=value["truncated"],
-        unreadable=[protocol.decode_path(p) for p in value["unreadable"]],
-        skipped_binary=value["skipped_binary"],
-    )

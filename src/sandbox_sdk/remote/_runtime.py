@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         List,
         Literal,
         Optional,
+        Pattern,
         Tuple,
         TypedDict,
         Union,
@@ -202,6 +203,46 @@ def entry(path: bytes, st: os.stat_result) -> Entry:
         "mtime": st.st_mtime,
         "mode": stat.S_IMODE(st.st_mode),
     }
+
+
+#: One character per file type in a listing's ``types`` column.
+TYPE_LETTERS = {"file": "f", "dir": "d", "symlink": "s", "other": "o"}
+
+
+def listing(items: List[Tuple[bytes, os.stat_result]]) -> bytes:
+    """Entries (of ``ls`` and ``glob``) as one zlib-compressed JSON object of
+    columns: ``paths`` (each a string if it is valid UTF-8, else a
+    one-item list of its base64), ``types`` (one letter each, see
+    TYPE_LETTERS), ``sizes``, ``mtimes`` and ``modes``. A listing's names
+    share prefixes and its columns repeat, so it travels at a fraction of
+    one object per entry (``zlib`` is loaded by the bootstrap anyway)."""
+    import zlib
+
+    paths: List[Any] = []
+    for path, _ in items:
+        try:
+            paths.append(path.decode("utf-8"))
+        except UnicodeDecodeError:
+            paths.append([b64(path)])
+    columns = {
+        "paths": paths,
+        "types": "".join(TYPE_LETTERS[file_type(st.st_mode)] for _, st in items),
+        "sizes": [st.st_size for _, st in items],
+        "mtimes": [st.st_mtime for _, st in items],
+        "modes": [stat.S_IMODE(st.st_mode) for _, st in items],
+    }
+    return zlib.compress(json_dumps(columns).encode("ascii"), 1)
+
+
+def fitted_listing(items: List[Tuple[bytes, os.stat_result]], budget: int, least: int) -> Tuple[bytes, int]:
+    """The listing of as many of ``items`` (at least ``least``) as fit in
+    ``budget`` bytes, and how many that is."""
+    count = len(items)
+    while True:
+        packed = listing(items[:count])
+        if len(packed) <= budget or count <= least:
+            return packed, count
+        count = max(least, min(count - 1, count * budget // len(packed) * 9 // 10))
 
 
 def open_regular(path: bytes) -> BinaryIO:
@@ -389,6 +430,110 @@ class DirLock:
     def __exit__(self, *exc: object) -> None:
         if self.fd >= 0:
             os.close(self.fd)  # closing releases the lock
+
+
+# -- glob patterns (glob, and grep's file filter) --------------------------------
+
+
+def expand_braces(pattern: bytes) -> List[bytes]:
+    """``a{b,c}d`` -> ``[abd, acd]``, nested braces included."""
+    depth = 0
+    start = -1
+    for i, ch in enumerate(pattern):
+        if ch == ord("{"):
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == ord("}") and depth:
+            depth -= 1
+            if depth == 0:
+                options = split_top_level(pattern[start + 1 : i])
+                if len(options) < 2:
+                    continue
+                head, tail = pattern[:start], pattern[i + 1 :]
+                out: List[bytes] = []
+                for option in options:
+                    out.extend(expand_braces(head + option + tail))
+                return out
+    return [pattern]
+
+
+def split_top_level(body: bytes) -> List[bytes]:
+    parts: List[bytes] = []
+    depth = 0
+    current = bytearray()
+    for ch in body:
+        if ch == ord(",") and depth == 0:
+            parts.append(bytes(current))
+            current = bytearray()
+            continue
+        if ch == ord("{"):
+            depth += 1
+        elif ch == ord("}"):
+            depth -= 1
+        current.append(ch)
+    parts.append(bytes(current))
+    return parts
+
+
+def translate(pattern: bytes) -> bytes:
+    """A glob as regex source: ``*``, ``?`` and ``[...]`` never match ``/``;
+    a whole ``**`` segment matches any number of directories."""
+    import re  # only where a pattern is compiled: importing it costs a round trip ~10 ms
+
+    out = bytearray()
+    i = 0
+    while i < len(pattern):
+        if pattern[i : i + 3] == b"**/" and (i == 0 or pattern[i - 1 : i] == b"/"):
+            out += b"(?:.*/)?"
+            i += 3
+            continue
+        if pattern[i:] == b"**" and (i == 0 or pattern[i - 1 : i] == b"/"):
+            out += b".*"
+            break
+        ch = pattern[i : i + 1]
+        i += 1
+        if ch == b"*":
+            out += b"[^/]*"
+        elif ch == b"?":
+            out += b"[^/]"
+        elif ch == b"[":
+            cls, i = bracket(pattern, i)
+            out += cls
+        else:
+            out += re.escape(ch)
+    return bytes(out)
+
+
+def bracket(pattern: bytes, start: int) -> Tuple[bytes, int]:
+    """The class opened by the ``[`` before ``start``, as regex source, and
+    where the pattern goes on. As in Python's ``fnmatch``, a ``]`` first in the
+    class is one of its characters and an unclosed ``[`` is itself; ``!`` or
+    ``^`` first negates (as bash does)."""
+    body_start = start + 1 if pattern[start : start + 1] in (b"!", b"^") else start
+    if pattern[body_start : body_start + 1] == b"]":
+        body_start += 1
+    end = pattern.find(b"]", body_start)
+    if end < 0:
+        return b"\\[", start
+    import re
+
+    body = pattern[start:end]
+    negate = body[:1] in (b"!", b"^")
+    if negate:
+        body = body[1:]
+    # Only ``-`` keeps its meaning; escapes, brackets and set operators are characters.
+    special = re.compile(rb"[\\\[\]&~|^]")
+    return b"[" + (b"^" if negate else b"") + special.sub(rb"\\\g<0>", body) + b"]", end + 1
+
+
+def compile_glob(pattern: bytes) -> Pattern[bytes]:
+    import re
+
+    try:
+        return re.compile(translate(pattern) + b"\\Z", re.DOTALL)
+    except re.error as exc:  # a reversed range such as ``[z-a]``
+        raise Fail("INVALID_ARGUMENT", "invalid glob pattern %r: %s" % (pattern, exc)) from None
 
 
 class _ScanContext:

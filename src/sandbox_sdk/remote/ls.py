@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, entry, json_size, path_arg
+from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, entry, fitted_listing, path_arg
 
 if TYPE_CHECKING:
     from typing import List, Optional, Tuple, TypedDict
@@ -12,34 +12,29 @@ if TYPE_CHECKING:
     from sandbox_sdk.remote._runtime import Args, Blobs, Entry
 
     class LsReply(TypedDict):
-        entries: List[Entry]
+        """The page's entries are blob 0, a ``listing``."""
+
         next: Optional[int]  # where the next page starts; None after the last one
 
 
 def ls(args: Args, blobs: Blobs) -> Tuple[LsReply, Blobs]:
     path = path_arg(args)
     start = args["start"]
-    budget = args["budget"]
     os.stat(path)  # reports a missing path as such
     if not os.path.isdir(path):
         raise Fail("NOT_DIRECTORY", "not a directory", path)
     names = sorted(os.listdir(path))
-    entries: List[Entry] = []
-    used = 0
-    index = start
-    while index < len(names):
+    items = []
+    indexes: List[int] = []
+    for index in range(start, len(names)):
         child = os.path.join(path, names[index])
         try:
-            item = entry(child, os.lstat(child))
+            items.append((child, os.lstat(child)))
         except FileNotFoundError:  # removed while we listed
-            index += 1
             continue
-        used += json_size(item)
-        if entries and used > budget:
-            break
-        entries.append(item)
-        index += 1
-    return {"entries": entries, "next": index if index < len(names) else None}, []
+        indexes.append(index)
+    packed, count = fitted_listing(items, args["budget"], min(1, len(items)))
+    return {"next": indexes[count] if count < len(items) else None}, [packed]
 
 
 def stat_(args: Args, blobs: Blobs) -> Tuple[Entry, Blobs]:

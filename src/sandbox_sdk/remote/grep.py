@@ -1,9 +1,10 @@
-"""Find files by glob pattern and lines by text or regex.
+"""Find lines by text or regex.
 
-Both walk with ``scandir`` and never follow a symlink into a directory while
-recursing (so a symlink loop cannot trap them), never open anything but
-regular files (so a FIFO or a device cannot block them), and report
-directories or files they could not read instead of silently skipping them.
+The walk uses ``scandir``, never follows a symlink into a directory (so a
+symlink loop cannot trap it), never opens anything but regular files (so a
+FIFO or a device cannot block it), and reports directories or files it
+could not read instead of silently skipping them. A fixed string is
+searched by GNU grep where the sandbox has it (see ``grep``).
 """
 
 from __future__ import annotations
@@ -11,17 +12,21 @@ from __future__ import annotations
 import os
 import stat
 
-from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, b64, entry, json_size, path_arg, unb64
+from sandbox_sdk.remote._runtime import (
+    TYPE_CHECKING,
+    Fail,
+    b64,
+    compile_glob,
+    expand_braces,
+    json_size,
+    path_arg,
+    unb64,
+)
 
 if TYPE_CHECKING:
-    from typing import Callable, Iterator, List, Optional, Pattern, Set, Tuple, TypedDict
+    from typing import Callable, Iterator, List, Optional, Tuple, TypedDict
 
-    from sandbox_sdk.remote._runtime import Args, Blobs, Entry
-
-    class GlobReply(TypedDict):
-        matches: List[Entry]
-        truncated: bool
-        unreadable: List[str]  # base64 paths of directories that could not be read
+    from sandbox_sdk.remote._runtime import Args, Blobs
 
     #: base64 path, line number, base64 line (cut to ``max_line_bytes``), whether it was cut
     GrepLine = Tuple[str, int, str, bool]
@@ -34,221 +39,6 @@ if TYPE_CHECKING:
 
 
 SNIFF_BYTES = 8192
-#: Bytes that make a glob segment a pattern rather than a name.
-MAGIC = b"*?[{"
-
-
-def expand_braces(pattern: bytes) -> List[bytes]:
-    """``a{b,c}d`` -> ``[abd, acd]``, nested braces included."""
-    depth = 0
-    start = -1
-    for i, ch in enumerate(pattern):
-        if ch == ord("{"):
-            if depth == 0:
-                start = i
-            depth += 1
-        elif ch == ord("}") and depth:
-            depth -= 1
-            if depth == 0:
-                options = split_top_level(pattern[start + 1 : i])
-                if len(options) < 2:
-                    continue
-                head, tail = pattern[:start], pattern[i + 1 :]
-                out: List[bytes] = []
-                for option in options:
-                    out.extend(expand_braces(head + option + tail))
-                return out
-    return [pattern]
-
-
-def split_top_level(body: bytes) -> List[bytes]:
-    parts: List[bytes] = []
-    depth = 0
-    current = bytearray()
-    for ch in body:
-        if ch == ord(",") and depth == 0:
-            parts.append(bytes(current))
-            current = bytearray()
-            continue
-        if ch == ord("{"):
-            depth += 1
-        elif ch == ord("}"):
-            depth -= 1
-        current.append(ch)
-    parts.append(bytes(current))
-    return parts
-
-
-def translate(pattern: bytes) -> bytes:
-    """A glob as regex source: ``*``, ``?`` and ``[...]`` never match ``/``;
-    a whole ``**`` segment matches any number of directories."""
-    import re  # only where a pattern is compiled: importing it costs a round trip ~10 ms
-
-    out = bytearray()
-    i = 0
-    while i < len(pattern):
-        if pattern[i : i + 3] == b"**/" and (i == 0 or pattern[i - 1 : i] == b"/"):
-            out += b"(?:.*/)?"
-            i += 3
-            continue
-        if pattern[i:] == b"**" and (i == 0 or pattern[i - 1 : i] == b"/"):
-            out += b".*"
-            break
-        ch = pattern[i : i + 1]
-        i += 1
-        if ch == b"*":
-            out += b"[^/]*"
-        elif ch == b"?":
-            out += b"[^/]"
-        elif ch == b"[":
-            cls, i = bracket(pattern, i)
-            out += cls
-        else:
-            out += re.escape(ch)
-    return bytes(out)
-
-
-def bracket(pattern: bytes, start: int) -> Tuple[bytes, int]:
-    """The class opened by the ``[`` before ``start``, as regex source, and
-    where the pattern goes on. As in Python's ``fnmatch``, a ``]`` first in the
-    class is one of its characters and an unclosed ``[`` is itself; ``!`` or
-    ``^`` first negates (as bash does)."""
-    body_start = start + 1 if pattern[start : start + 1] in (b"!", b"^") else start
-    if pattern[body_start : body_start + 1] == b"]":
-        body_start += 1
-    end = pattern.find(b"]", body_start)
-    if end < 0:
-        return b"\\[", start
-    import re
-
-    body = pattern[start:end]
-    negate = body[:1] in (b"!", b"^")
-    if negate:
-        body = body[1:]
-    # Only ``-`` keeps its meaning; escapes, brackets and set operators are characters.
-    special = re.compile(rb"[\\\[\]&~|^]")
-    return b"[" + (b"^" if negate else b"") + special.sub(rb"\\\g<0>", body) + b"]", end + 1
-
-
-def compile_glob(pattern: bytes) -> Pattern[bytes]:
-    import re
-
-    try:
-        return re.compile(translate(pattern) + b"\\Z", re.DOTALL)
-    except re.error as exc:  # a reversed range such as ``[z-a]``
-        raise Fail("INVALID_ARGUMENT", "invalid glob pattern %r: %s" % (pattern, exc)) from None
-
-
-class Walker:
-    """Matches glob segments against the tree below ``root``."""
-
-    def __init__(self, root: bytes, include_hidden: bool, limit: int) -> None:
-        self.root = root
-        self.include_hidden = include_hidden
-        self.limit = limit
-        self.found: Set[bytes] = set()
-        self.unreadable: Set[bytes] = set()
-        self.truncated = False
-        self.dirs_only = False  # the pattern being matched ends with ``/``
-
-    def full(self) -> bool:
-        return len(self.found) >= self.limit
-
-    def children(self, rel: bytes) -> List[Tuple[bytes, bool]]:
-        """(name, is a real directory) for each entry of ``rel``."""
-        try:
-            with os.scandir(os.path.join(self.root, rel) if rel else self.root) as it:
-                return [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-        except NotADirectoryError:
-            return []
-        except OSError:
-            self.unreadable.add(rel or b".")
-            return []
-
-    def add(self, rel: bytes) -> None:
-        if not self.dirs_only or os.path.isdir(os.path.join(self.root, rel)):
-            self.found.add(rel)
-
-    def exists(self, rel: bytes) -> bool:
-        """Whether ``rel`` is there; a parent that cannot be searched is reported."""
-        try:
-            os.lstat(os.path.join(self.root, rel))
-        except (FileNotFoundError, NotADirectoryError):
-            return False
-        except OSError:
-            self.unreadable.add(os.path.dirname(rel) or b".")
-            return False
-        return True
-
-    def visible(self, name: bytes, segment: bytes) -> bool:
-        return self.include_hidden or not name.startswith(b".") or segment.startswith(b".")
-
-    def match(self, rel: bytes, segments: List[bytes]) -> None:
-        if self.full():
-            self.truncated = True
-            return
-        if not segments:
-            if rel:
-                self.add(rel)
-            return
-        segment, rest = segments[0], segments[1:]
-        if segment == b"**":
-            # ``**`` spans zero or more directories; a trailing one matches
-            # everything inside (not the directory itself), as in gitignore.
-            if rest:
-                self.match(rel, rest)
-            for name, is_dir in self.children(rel):
-                if not self.visible(name, b""):
-                    continue
-                child = os.path.join(rel, name)
-                if not rest:
-                    self.add(child)
-                if is_dir:
-                    self.match(child, segments)
-        elif not any(ch in MAGIC for ch in segment):
-            child = os.path.join(rel, segment)
-            if self.exists(child):
-                self.match(child, rest)
-        else:
-            regex = compile_glob(segment)
-            for name, _ in self.children(rel):
-                if regex.match(name) and self.visible(name, segment):
-                    self.match(os.path.join(rel, name), rest)
-
-
-def glob(args: Args, blobs: Blobs) -> Tuple[GlobReply, Blobs]:
-    pattern = unb64(args["pattern"])
-    root = path_arg(args)
-    if pattern.startswith(b"/"):
-        root, pattern = b"/", pattern.lstrip(b"/")
-    if not os.path.isdir(root):
-        os.stat(root)  # a missing root is reported as such
-        raise Fail("NOT_DIRECTORY", "search root is not a directory", root)
-    walker = Walker(root, args["include_hidden"], args["max_results"])
-    for variant in expand_braces(pattern):
-        walker.dirs_only = variant.endswith(b"/")
-        walker.match(b"", [s for s in variant.split(b"/") if s and s != b"."])
-    budget = args["budget"]
-    matches = []
-    for rel in sorted(walker.found):
-        path = rel if args["relative"] else os.path.join(root, rel)
-        try:
-            item = entry(path, os.lstat(os.path.join(root, rel)))
-        except FileNotFoundError:
-            continue  # gone since the walk
-        except OSError:  # listed, but its directory cannot be searched (mode 0666)
-            walker.unreadable.add(os.path.dirname(rel) or b".")
-            continue
-        budget -= json_size(item)
-        if budget < 0:
-            walker.truncated = True
-            break
-        matches.append(item)
-    return {
-        "matches": matches,
-        "truncated": walker.truncated,
-        "unreadable": [b64(os.path.join(root, p)) for p in sorted(walker.unreadable)],
-    }, []
 
 
 def walk_files(root: bytes) -> Iterator[Tuple[bytes, Optional[bytes]]]:
@@ -549,4 +339,4 @@ class Replay:
         return not buffer and self.finish()
 
 
-OPS = {"glob": glob, "grep": grep}
+OPS = {"grep": grep}
