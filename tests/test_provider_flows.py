@@ -287,7 +287,7 @@ class MemoryProvider(SandboxProvider[StubSandbox]):
         self.sandboxes[sandbox.id] = (sandbox, labels)
         return sandbox
 
-    def get(self, sandbox_id: str) -> StubSandbox:
+    def _get(self, sandbox_id: str) -> StubSandbox:
         if sandbox_id not in self.sandboxes:
             raise errors.SandboxNotFoundError(sandbox_id)
         return self.sandboxes[sandbox_id][0]
@@ -310,7 +310,7 @@ class MemoryProvider(SandboxProvider[StubSandbox]):
         self.threads["alist"] = threading.get_ident()
         return self.list(labels=labels, cursor=cursor, limit=limit)
 
-    def delete(self, *, sandbox_id: str) -> None:
+    def _delete(self, sandbox_id: str) -> None:
         self.sandboxes.pop(sandbox_id, None)
 
     @contextlib.contextmanager

@@ -26,6 +26,7 @@ from sandbox_sdk.errors import (
     SandboxPermissionError,
     SandboxRuntimeError,
     SandboxTimeoutError,
+    UnmanagedSandboxError,
 )
 from sandbox_sdk.models import (
     DirectoryListing,
@@ -79,6 +80,7 @@ __all__ = [
     "SandboxProvider",
     "SandboxRuntimeError",
     "SandboxTimeoutError",
+    "UnmanagedSandboxError",
     "WriteResult",
     "available_providers",
     "get_provider",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import posixpath
 import secrets
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -28,6 +28,7 @@ import anyio.to_thread
 from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors, protocol
 from sandbox_sdk._calls import Call
+from sandbox_sdk._handle import SandboxHandle
 from sandbox_sdk.models import ExecuteResponse
 
 T = TypeVar("T")
@@ -136,7 +137,7 @@ def to_bytes(name: str, value: object) -> bytes:
     raise errors.InvalidArgumentError(f"{name} must be str or bytes, not {type(value).__name__}")
 
 
-class SandboxCore(ABC):
+class SandboxCore(SandboxHandle):
     """Limits, round trips and drivers; see :class:`~sandbox_sdk.BaseSandbox`."""
 
     #: Largest command ``execute`` accepts. 96 KiB keeps under Linux's 128 KiB

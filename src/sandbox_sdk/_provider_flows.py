@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Generator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors
@@ -32,8 +32,8 @@ T = TypeVar("T")
 
 #: Sandboxes per ``list`` call when ``get_or_create`` looks for one by labels.
 LOOKUP_PAGE_SIZE = 100
-
-logger = logging.getLogger(__name__)
+#: Each sandbox created, connected to or deleted, at INFO (ids and labels only).
+lifecycle_log = logging.getLogger("sandbox_sdk.lifecycle")
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,7 @@ class Listing:
     done: bool = False
 
     def next_page(self) -> Flow[builtins.list[SandboxInfo]]:
+        """The next page's sandboxes, moving the cursor on (``done`` after the last page)."""
         page: SandboxPage = yield List(self.labels, self.cursor, self.page_size)
         self.cursor, self.done = page.next_cursor, page.next_cursor is None
         return page.items
@@ -130,6 +131,9 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
     ``sandbox_sdk._provider_lifecycle``; ``SandboxProvider`` performs the
     requests (:meth:`_perform`, :meth:`_aperform`)."""
 
+    #: The name under which the provider is registered (entry point).
+    name: ClassVar[str] = ""
+
     @abstractmethod
     def _perform(self, request: Request) -> Any:
         """One request of a flow, with the sync primitives."""
@@ -154,16 +158,31 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
             return False
         return response.exit_code == 0
 
+    def _op_get(self, sandbox_id: str) -> Flow[SandboxT]:
+        """Connect to an existing sandbox, or raise
+        :class:`~sandbox_sdk.errors.SandboxNotFoundError`. The handle can delete
+        its sandbox (``delete_sandbox``, or leaving ``with sandbox:``)."""
+        sandbox: SandboxT = yield Get(sandbox_id)
+        lifecycle_log.info("%s: got sandbox %s", self.name, sandbox_id)
+        return sandbox
+
+    def _op_delete(self, sandbox_id: str) -> Flow[None]:
+        """Delete a sandbox; deleting one that does not exist succeeds."""
+        yield Delete(sandbox_id)
+        lifecycle_log.info("%s: deleted sandbox %s", self.name, sandbox_id)
+
     def _op_create(self, *, labels: Mapping[str, str] | None = None, **options: Any) -> Flow[SandboxT]:
-        """A new sandbox, checked alive; deleted again if the check fails."""
+        """A new sandbox, checked alive; deleted again if the check fails.
+        ``with provider.create() as sandbox:`` deletes it on leaving the block."""
         sandbox: SandboxT = yield Create(dict(labels or {}), options)
+        lifecycle_log.info("%s: created sandbox %s labels=%s", self.name, sandbox.id, dict(labels or {}))
         try:
             if not (yield from self._op_is_alive(sandbox)):
                 raise errors.SandboxRuntimeError(f"new sandbox {sandbox.id} failed its health check")
         except BaseException as exc:
             if can_clean_up(exc):
                 with contextlib.suppress(Exception):  # the original failure is the one to report
-                    yield Delete(sandbox.id)
+                    yield from self._op_delete(sandbox.id)
             raise
         return sandbox
 
@@ -181,7 +200,7 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
 
     def _get_live(self, sandbox_id: str) -> Flow[SandboxT]:
         """That sandbox, checked alive; ``SandboxNotFoundError`` if it is missing or dead."""
-        sandbox: SandboxT = yield Get(sandbox_id)
+        sandbox: SandboxT = yield from self._op_get(sandbox_id)
         if not (yield from self._op_is_alive(sandbox)):
             raise errors.SandboxNotFoundError(f"sandbox {sandbox_id} exists but is not running")
         return sandbox
@@ -200,7 +219,7 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
                     continue  # deleted or dead since it was listed
         # A sandbox that expired may have left no trace to look up (E2B's do not):
         # say so rather than hand out a new, empty one silently.
-        logger.info(
+        lifecycle_log.info(
             "get_or_create: no live sandbox carries labels %s, creating a new sandbox"
             " (one with these labels that expired or was deleted is not brought back)",
             wanted,

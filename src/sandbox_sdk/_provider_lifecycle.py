@@ -27,13 +27,36 @@ class ProviderLifecycle(LifecycleFlows[SandboxT]):
         command."""
         return await self._adrive(self._op_is_alive(sandbox))
 
+    def get(self, sandbox_id: str) -> SandboxT:
+        """Connect to an existing sandbox, or raise
+        :class:`~sandbox_sdk.errors.SandboxNotFoundError`. The handle can delete
+        its sandbox (``delete_sandbox``, or leaving ``with sandbox:``)."""
+        return self._drive(self._op_get(sandbox_id))
+
+    async def aget(self, sandbox_id: str) -> SandboxT:
+        """Async twin of :meth:`get`: connect to an existing sandbox, or raise
+        :class:`~sandbox_sdk.errors.SandboxNotFoundError`. The handle can delete
+        its sandbox (``delete_sandbox``, or leaving ``with sandbox:``)."""
+        return await self._adrive(self._op_get(sandbox_id))
+
+    def delete(self, sandbox_id: str) -> None:
+        """Delete a sandbox; deleting one that does not exist succeeds."""
+        return self._drive(self._op_delete(sandbox_id))
+
+    async def adelete(self, sandbox_id: str) -> None:
+        """Async twin of :meth:`delete`: delete a sandbox; deleting one that does
+        not exist succeeds."""
+        return await self._adrive(self._op_delete(sandbox_id))
+
     def create(self, *, labels: Mapping[str, str] | None = None, **options: Any) -> SandboxT:
-        """A new sandbox, checked alive; deleted again if the check fails."""
+        """A new sandbox, checked alive; deleted again if the check fails.
+        ``with provider.create() as sandbox:`` deletes it on leaving the block."""
         return self._drive(self._op_create(labels=labels, **options))
 
     async def acreate(self, *, labels: Mapping[str, str] | None = None, **options: Any) -> SandboxT:
         """Async twin of :meth:`create`: a new sandbox, checked alive; deleted
-        again if the check fails."""
+        again if the check fails. ``with provider.create() as sandbox:`` deletes
+        it on leaving the block."""
         return await self._adrive(self._op_create(labels=labels, **options))
 
     def get_or_create(

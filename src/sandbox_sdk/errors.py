@@ -89,6 +89,10 @@ class SandboxNotFoundError(SandboxError, LookupError):
     """No sandbox with this id exists (lifecycle operations)."""
 
 
+class UnmanagedSandboxError(SandboxError, RuntimeError):
+    """A sandbox handle built directly, not by a provider, was asked to delete its sandbox."""
+
+
 class ProviderUnavailableError(SandboxError):
     """The provider cannot be used here: a missing tool, SDK or service."""
 

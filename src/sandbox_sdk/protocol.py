@@ -283,6 +283,7 @@ class LazyBlob:
     what: str
 
     def decode(self) -> Blob:
+        """The blob's bytes, decoded from the output now."""
         try:
             return _decode_field(self.output, self.start, self.stop)
         except (ValueError, binascii.Error):

@@ -1,25 +1,28 @@
 """``SandboxProvider``: create, find, list and delete sandboxes.
 
-A provider implements four primitives (``_create``, ``get``, ``list``,
-``delete``); this class derives ``get_or_create``, ``create`` (all or
-nothing: a sandbox that fails its health check is deleted before the error
-propagates), the cursor-following iterator, and async twins of all of them.
+A provider implements four primitives (``_create``, ``_get``, ``list``,
+``_delete``); this class derives ``get``, ``delete``, ``get_or_create``,
+``create`` (all or nothing: a sandbox that fails its health check is deleted
+before the error propagates), the cursor-following iterator, and async twins
+of all of them. Every handle it hands out knows its provider, so
+``sandbox.delete_sandbox()`` and ``with provider.create() as sandbox:`` work.
 Each is written once, as a flow in :mod:`sandbox_sdk._provider_flows` that
 the kernel runs with the sync primitives or with the async ones (the public
 shells are generated into :mod:`sandbox_sdk._provider_lifecycle`). The async
 primitives run the sync ones in a worker thread unless a provider overrides
-them (``_acreate``, ``aget``, ``alist``, ``adelete``) with a native async client.
+them (``_acreate``, ``_aget``, ``alist``, ``_adelete``) with a native async client.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import os
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterator, Mapping
 from importlib.metadata import entry_points
 from types import TracebackType
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, Literal, Self, overload
 
 import anyio.to_thread
 
@@ -37,7 +40,16 @@ from sandbox_sdk._provider_flows import (
     Unlock,
 )
 from sandbox_sdk._provider_lifecycle import ProviderLifecycle
+from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import SandboxInfo, SandboxPage
+
+if TYPE_CHECKING:  # the shipped providers, for get_provider's overloads (a cloud SDK is optional)
+    from sandbox_sdk.providers.bwrap import BwrapProvider
+    from sandbox_sdk.providers.daytona import DaytonaProvider
+    from sandbox_sdk.providers.e2b import E2BProvider
+    from sandbox_sdk.providers.local import LocalProvider
+    from sandbox_sdk.providers.modal import ModalProvider
+    from sandbox_sdk.providers.remote import RemoteProvider
 
 #: Entry-point group under which providers register, by name.
 ENTRY_POINT_GROUP = "sandbox_sdk.providers"
@@ -45,6 +57,10 @@ ENTRY_POINT_GROUP = "sandbox_sdk.providers"
 HEALTH_CHECK_TIMEOUT = 30.0
 #: The liveness probe: a sandbox is usable if this exits 0.
 PROBE_COMMAND = "true"
+#: The environment variable naming the provider ``get_provider()`` returns when given no name.
+PROVIDER_ENV = "SANDBOX_SDK_PROVIDER"
+#: The provider ``get_provider()`` returns when given no name and ``SANDBOX_SDK_PROVIDER`` is unset.
+DEFAULT_PROVIDER = "bwrap"
 
 
 def labels_match(have: Mapping[str, str], want: Mapping[str, str] | None) -> bool:
@@ -55,9 +71,6 @@ def labels_match(have: Mapping[str, str], want: Mapping[str, str] | None) -> boo
 class SandboxProvider(ProviderLifecycle[SandboxT]):
     """Hands out sandboxes of one kind. See docs/provider-guide.md."""
 
-    #: The name under which the provider is registered (entry point).
-    name: ClassVar[str] = ""
-
     # -- what a provider implements -----------------------------------------------------
 
     @abstractmethod
@@ -65,7 +78,7 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
         """Make a new sandbox carrying ``labels``; ``options`` are provider-specific."""
 
     @abstractmethod
-    def get(self, sandbox_id: str) -> SandboxT:
+    def _get(self, sandbox_id: str) -> SandboxT:
         """Connect to an existing sandbox, or raise :class:`~sandbox_sdk.errors.SandboxNotFoundError`."""
 
     @abstractmethod
@@ -75,7 +88,7 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
         """A page of sandboxes carrying ``labels`` (at least), in a stable order."""
 
     @abstractmethod
-    def delete(self, *, sandbox_id: str) -> None:
+    def _delete(self, sandbox_id: str) -> None:
         """Delete a sandbox; deleting one that does not exist succeeds."""
 
     def _label_lock(self, labels: Mapping[str, str]) -> contextlib.AbstractContextManager[object]:
@@ -117,9 +130,9 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
     async def _acreate(self, *, labels: dict[str, str], **options: Any) -> SandboxT:
         return await anyio.to_thread.run_sync(lambda: self._create(labels=labels, **options))
 
-    async def aget(self, sandbox_id: str) -> SandboxT:
+    async def _aget(self, sandbox_id: str) -> SandboxT:
         """Connect to an existing sandbox, or raise :class:`~sandbox_sdk.errors.SandboxNotFoundError`."""
-        return await anyio.to_thread.run_sync(self.get, sandbox_id)
+        return await anyio.to_thread.run_sync(self._get, sandbox_id)
 
     async def alist(
         self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
@@ -127,9 +140,9 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
         """A page of sandboxes carrying ``labels`` (at least), in a stable order."""
         return await anyio.to_thread.run_sync(lambda: self.list(labels=labels, cursor=cursor, limit=limit))
 
-    async def adelete(self, *, sandbox_id: str) -> None:
+    async def _adelete(self, sandbox_id: str) -> None:
         """Delete a sandbox; deleting one that does not exist succeeds."""
-        await anyio.to_thread.run_sync(lambda: self.delete(sandbox_id=sandbox_id))
+        await anyio.to_thread.run_sync(self._delete, sandbox_id)
 
     # -- derived here: the iterators (the rest, generated, comes from ProviderLifecycle) --
 
@@ -152,21 +165,26 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
             for info in await self._adrive(listing.next_page()):
                 yield info
 
+    def _handed_out(self, sandbox: SandboxT) -> SandboxT:
+        """``sandbox``, told which provider deletes it."""
+        sandbox._owner = self
+        return sandbox
+
     # -- the kernel's performers ---------------------------------------------------------
 
     def _perform(self, request: Request) -> Any:
         """One request of a flow, with the sync primitives."""
         match request:
             case Get(sandbox_id):
-                return self.get(sandbox_id)
+                return self._handed_out(self._get(sandbox_id))
             case List(labels, cursor, limit):
                 return self.list(labels=labels, cursor=cursor, limit=limit)
             case Create(labels, options):
-                return self._create(labels=labels, **options)
+                return self._handed_out(self._create(labels=labels, **options))
             case Probe(sandbox):
                 return sandbox.execute(PROBE_COMMAND, timeout=HEALTH_CHECK_TIMEOUT)
             case Delete(sandbox_id):
-                return self.delete(sandbox_id=sandbox_id)
+                return self._delete(sandbox_id)
             case Lock(labels):
                 return enter_lock(self._label_lock(labels))
             case Unlock(held):
@@ -177,15 +195,15 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
         lock is entered in a worker thread, the flow stays on the event loop."""
         match request:
             case Get(sandbox_id):
-                return await self.aget(sandbox_id)
+                return self._handed_out(await self._aget(sandbox_id))
             case List(labels, cursor, limit):
                 return await self.alist(labels=labels, cursor=cursor, limit=limit)
             case Create(labels, options):
-                return await self._acreate(labels=labels, **options)
+                return self._handed_out(await self._acreate(labels=labels, **options))
             case Probe(sandbox):
                 return await sandbox.aexecute(PROBE_COMMAND, timeout=HEALTH_CHECK_TIMEOUT)
             case Delete(sandbox_id):
-                return await self.adelete(sandbox_id=sandbox_id)
+                return await self._adelete(sandbox_id)
             case Lock(labels):
                 return await anyio.to_thread.run_sync(enter_lock, self._label_lock(labels))
             case Unlock(held):
@@ -203,10 +221,31 @@ def available_providers() -> builtins.list[str]:
     return sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
 
 
-def get_provider(name: str, **config: Any) -> SandboxProvider[Any]:
+@overload
+def get_provider(name: Literal["bwrap"], **config: Any) -> BwrapProvider: ...
+@overload
+def get_provider(name: Literal["local"], **config: Any) -> LocalProvider: ...
+@overload
+def get_provider(name: Literal["remote"], **config: Any) -> RemoteProvider: ...
+@overload
+def get_provider(name: Literal["daytona"], **config: Any) -> DaytonaProvider: ...
+@overload
+def get_provider(name: Literal["e2b"], **config: Any) -> E2BProvider: ...
+@overload
+def get_provider(name: Literal["modal"], **config: Any) -> ModalProvider: ...
+@overload
+def get_provider(name: str | None = None, **config: Any) -> SandboxProvider[BaseSandbox]: ...
+
+
+def get_provider(name: str | None = None, **config: Any) -> SandboxProvider[Any]:
     """The provider registered as ``name``, constructed with ``config``.
 
-    Third-party packages register theirs under the same entry-point group."""
+    Without a name: the one ``SANDBOX_SDK_PROVIDER`` names, else ``bwrap``.
+    A shipped name gives its class to a type checker (``get_provider("bwrap")``
+    is a ``BwrapProvider``); third-party packages register theirs under the
+    same entry-point group."""
+    if name is None:
+        name = os.environ.get(PROVIDER_ENV) or DEFAULT_PROVIDER
     matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
     if not matches:
         raise errors.ProviderUnavailableError(

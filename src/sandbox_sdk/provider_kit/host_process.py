@@ -51,6 +51,9 @@ def run_process(
     max_output_bytes: int,
     pass_fds: Sequence[int] = (),
 ) -> ExecuteResponse:
+    """Run ``argv`` as a host process in its own process group: stdout and
+    stderr merged and cut at ``max_output_bytes``, the whole group killed at
+    ``timeout`` (``timed_out=True``), as ``execute``'s contract asks."""
     proc = subprocess.Popen(
         list(argv),
         stdin=subprocess.DEVNULL,
@@ -115,6 +118,7 @@ def run_process(
 
 
 def kill_group(pgid: int) -> None:
+    """SIGKILL every process of group ``pgid``; a group already gone is fine."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
 

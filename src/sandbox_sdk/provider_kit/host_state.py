@@ -364,7 +364,7 @@ class HostStateProvider(SandboxProvider[SandboxT]):
             raise errors.InvalidArgumentError("setup must be a shell command (str)")
         return ttl, idle_timeout, setup
 
-    def get(self, sandbox_id: str) -> SandboxT:
+    def _get(self, sandbox_id: str) -> SandboxT:
         with self.store.locked(sandbox_id, exclusive=False) as directory:
             record = self.store.load(sandbox_id)
             if self.store.is_expired(record):
@@ -411,7 +411,7 @@ class HostStateProvider(SandboxProvider[SandboxT]):
                 items.append(self._info(record))
         return items
 
-    def delete(self, *, sandbox_id: str) -> None:
+    def _delete(self, sandbox_id: str) -> None:
         self.store.remove(sandbox_id)
 
     def _label_lock(self, labels: Mapping[str, str]) -> contextlib.AbstractContextManager[object]:

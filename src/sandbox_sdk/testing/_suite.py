@@ -37,4 +37,5 @@ class SandboxSuite:
 
     @staticmethod
     def p(workdir: str, *parts: str) -> str:
+        """A path below the test's working directory in the sandbox."""
         return posixpath.join(workdir, *parts)

@@ -78,13 +78,31 @@ class ProviderConformanceTests:
 
     def test_delete_is_idempotent(self, provider: SandboxProvider[Any], made: list[str]) -> None:
         sandbox = self._new(provider, made)
-        provider.delete(sandbox_id=sandbox.id)
+        provider.delete(sandbox.id)
         provider.delete(sandbox_id=sandbox.id)
         for sandbox_id in UNKNOWN_IDS:
             provider.delete(sandbox_id=sandbox_id)
         with pytest.raises(errors.SandboxNotFoundError):
             provider.get(sandbox.id)
         assert sandbox.id not in [info.id for info in provider.iter_sandboxes()]
+
+    def test_a_handle_deletes_its_sandbox(self, provider: SandboxProvider[Any], made: list[str]) -> None:
+        """``with provider.create() as sandbox:`` deletes on leaving, an error
+        included; a handle from ``get`` deletes its sandbox too."""
+        with provider.create() as sandbox:
+            made.append(sandbox.id)
+            assert sandbox.execute("echo in").output == "in\n"
+        with pytest.raises(errors.SandboxNotFoundError):
+            provider.get(sandbox.id)
+        with pytest.raises(KeyError), provider.create() as failing:
+            made.append(failing.id)
+            raise KeyError("the block failed")
+        with pytest.raises(errors.SandboxNotFoundError):
+            provider.get(failing.id)
+        kept = self._new(provider, made)
+        provider.get(kept.id).delete_sandbox()
+        kept.delete_sandbox()  # idempotent, as provider.delete is
+        assert kept.id not in [info.id for info in provider.iter_sandboxes()]
 
     def test_labels_reuse_exactly_matching_sandbox(
         self, provider: SandboxProvider[Any], made: list[str], run_labels: dict[str, str]
@@ -151,9 +169,19 @@ class ProviderConformanceTests:
         page = await provider.alist(labels=run_labels)
         assert [info.id for info in page.items] == [sandbox.id]
         assert [info.id async for info in provider.aiter_sandboxes(labels=run_labels)] == [sandbox.id]
-        await provider.adelete(sandbox_id=sandbox.id)
+        await provider.adelete(sandbox.id)
         await provider.adelete(sandbox_id=sandbox.id)
         with pytest.raises(errors.SandboxNotFoundError):
             await provider.aget(sandbox.id)
         with pytest.raises(errors.SandboxNotFoundError):
             await provider.aget_or_create(sandbox_id=sandbox.id)
+        async with await provider.acreate(labels=run_labels) as scoped:
+            made.append(scoped.id)
+            assert (await scoped.aexecute("echo in")).output == "in\n"
+        with pytest.raises(errors.SandboxNotFoundError):
+            await provider.aget(scoped.id)
+        again = await provider.aget_or_create(labels=run_labels)
+        made.append(again.id)
+        await (await provider.aget(again.id)).adelete_sandbox()
+        with pytest.raises(errors.SandboxNotFoundError):
+            await provider.aget(again.id)

@@ -60,6 +60,7 @@ class TransferContractTests(SandboxSuite):
     large_bytes: ClassVar[int] = 5 * 1024 * 1024 + 17
 
     def names_in(self, sandbox: BaseSandbox, path: str) -> list[str]:
+        """The names of the entries of a sandbox directory."""
         return [entry.name for entry in sandbox.ls(path)]
 
     # -- fidelity --------------------------------------------------------------------------

@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sandbox_sdk.integrations.mcp``: serve one sandbox over stdio; returns the exit status."""
     parser = argparse.ArgumentParser(
         prog="python -m sandbox_sdk.integrations.mcp",
         description="Serve one sandbox over the Model Context Protocol.",

@@ -86,6 +86,7 @@ class SandboxSource:
         self._lock = anyio.Lock()
 
     async def get(self) -> BaseSandbox:
+        """The sandbox, connected to or created on first use (once, under a lock)."""
         async with self._lock:
             if self._sandbox is None:
                 self._sandbox = await self._open()

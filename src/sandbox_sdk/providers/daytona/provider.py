@@ -143,7 +143,7 @@ class DaytonaProvider(SandboxProvider[DaytonaSandbox]):
             raise errors.InvalidArgumentError(f"sandbox_id must be a non-empty str, not {sandbox_id!r}")
         return sandbox_id
 
-    def get(self, sandbox_id: str) -> DaytonaSandbox:
+    def _get(self, sandbox_id: str) -> DaytonaSandbox:
         """Connect to a sandbox by id (or name), starting it first if Daytona stopped or
         archived it (after ``auto_stop_interval`` idle minutes, for example)."""
         with translate_errors(f"get sandbox {sandbox_id}"):
@@ -152,14 +152,14 @@ class DaytonaProvider(SandboxProvider[DaytonaSandbox]):
                 sdk_sandbox.start(timeout=self._start_timeout)
             return self._sandbox(sdk_sandbox)
 
-    async def aget(self, sandbox_id: str) -> DaytonaSandbox:
+    async def _aget(self, sandbox_id: str) -> DaytonaSandbox:
         with translate_errors(f"get sandbox {sandbox_id}"):
             sdk_sandbox = await self._clients.aclient().get(self._check_id(sandbox_id))
             if _state(sdk_sandbox.state) in _RESTARTABLE:
                 await sdk_sandbox.start(timeout=self._start_timeout)
             return self._sandbox(sdk_sandbox)
 
-    def delete(self, *, sandbox_id: str) -> None:
+    def _delete(self, sandbox_id: str) -> None:
         """Delete the sandbox; one that does not exist (any more) counts as deleted."""
         client = self._clients.sync
         with translate_errors(f"delete sandbox {sandbox_id}"), contextlib.suppress(DaytonaNotFoundError):
@@ -167,7 +167,7 @@ class DaytonaProvider(SandboxProvider[DaytonaSandbox]):
             if not _gone(sdk_sandbox.state):
                 client.delete(sdk_sandbox)
 
-    async def adelete(self, *, sandbox_id: str) -> None:
+    async def _adelete(self, sandbox_id: str) -> None:
         client = self._clients.aclient()
         with translate_errors(f"delete sandbox {sandbox_id}"), contextlib.suppress(DaytonaNotFoundError):
             sdk_sandbox = await client.get(self._check_id(sandbox_id))

@@ -186,7 +186,7 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
         with translate_errors("create an E2B sandbox"):
             return self._wrap(Sandbox.create(**kwargs), lifetime)
 
-    def get(self, sandbox_id: str) -> E2BSandbox:
+    def _get(self, sandbox_id: str) -> E2BSandbox:
         """Read the sandbox's lifetime from its metadata, then connect (which resumes a
         paused sandbox) with one more idle period: two requests."""
         with translate_errors(f"connect to E2B sandbox {sandbox_id}"):
@@ -203,7 +203,7 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
             items = paginator.next_items()
         return SandboxPage(items=[_info(item) for item in items], next_cursor=paginator.next_token)
 
-    def delete(self, *, sandbox_id: str) -> None:
+    def _delete(self, sandbox_id: str) -> None:
         with translate_errors(f"delete E2B sandbox {sandbox_id}"):
             Sandbox.kill(sandbox_id, **self._connection)  # False when already gone: success too
 
@@ -214,7 +214,7 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
         with translate_errors("create an E2B sandbox"):
             return self._wrap(await AsyncSandbox.create(**kwargs), lifetime)
 
-    async def aget(self, sandbox_id: str) -> E2BSandbox:
+    async def _aget(self, sandbox_id: str) -> E2BSandbox:
         with translate_errors(f"connect to E2B sandbox {sandbox_id}"):
             info = await AsyncSandbox.get_info(sandbox_id, **self._connection)
             lifetime, timeout = self._connect_timeout(sandbox_id, info)
@@ -229,6 +229,6 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
             items: builtins.list[E2BSandboxInfo] = await paginator.next_items()
         return SandboxPage(items=[_info(item) for item in items], next_cursor=paginator.next_token)
 
-    async def adelete(self, *, sandbox_id: str) -> None:
+    async def _adelete(self, sandbox_id: str) -> None:
         with translate_errors(f"delete E2B sandbox {sandbox_id}"):
             await AsyncSandbox.kill(sandbox_id, **self._connection)

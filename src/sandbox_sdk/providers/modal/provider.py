@@ -165,7 +165,7 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
         with translate_errors("create Modal sandbox"):
             return self._wrap(modal.Sandbox.create(app=app, **args))
 
-    def get(self, sandbox_id: str) -> ModalSandbox:
+    def _get(self, sandbox_id: str) -> ModalSandbox:
         with translate_errors(f"get sandbox {sandbox_id}"):
             return self._running(sandbox_id, modal.Sandbox.from_id(sandbox_id, client=self.client))
 
@@ -186,7 +186,7 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
                         page.offer(self._info(sandbox.object_id, sandbox.get_tags()))
         return page.result()
 
-    def delete(self, *, sandbox_id: str) -> None:
+    def _delete(self, sandbox_id: str) -> None:
         gone = contextlib.suppress(errors.SandboxNotFoundError)
         with gone, translate_errors(f"delete sandbox {sandbox_id}"):
             modal.Sandbox.from_id(sandbox_id, client=self.client).terminate()
@@ -207,7 +207,7 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
         with translate_errors("create Modal sandbox"):
             return self._wrap(await modal.Sandbox.create.aio(app=app, **args))
 
-    async def aget(self, sandbox_id: str) -> ModalSandbox:
+    async def _aget(self, sandbox_id: str) -> ModalSandbox:
         with translate_errors(f"get sandbox {sandbox_id}"):
             return self._running(sandbox_id, await modal.Sandbox.from_id.aio(sandbox_id, client=self.client))
 
@@ -225,7 +225,7 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
                         page.offer(self._info(sandbox.object_id, await sandbox.get_tags.aio()))
         return page.result()
 
-    async def adelete(self, *, sandbox_id: str) -> None:
+    async def _adelete(self, sandbox_id: str) -> None:
         gone = contextlib.suppress(errors.SandboxNotFoundError)
         with gone, translate_errors(f"delete sandbox {sandbox_id}"):
             sandbox = await modal.Sandbox.from_id.aio(sandbox_id, client=self.client)

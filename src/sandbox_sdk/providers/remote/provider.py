@@ -62,10 +62,10 @@ class RemoteProvider(SandboxProvider[RemoteSandbox]):
     async def _acreate(self, *, labels: dict[str, str], **options: Any) -> RemoteSandbox:
         return self._sandbox(await self._link.acall(self._create_request(labels, options)))
 
-    def get(self, sandbox_id: str) -> RemoteSandbox:
+    def _get(self, sandbox_id: str) -> RemoteSandbox:
         return self._sandbox(self._link.call(self._request("get", sandbox=sandbox_id)))
 
-    async def aget(self, sandbox_id: str) -> RemoteSandbox:
+    async def _aget(self, sandbox_id: str) -> RemoteSandbox:
         return self._sandbox(await self._link.acall(self._request("get", sandbox=sandbox_id)))
 
     def list(
@@ -78,10 +78,10 @@ class RemoteProvider(SandboxProvider[RemoteSandbox]):
     ) -> SandboxPage:
         return _page(await self._link.acall(self._list_request(labels, cursor, limit)))
 
-    def delete(self, *, sandbox_id: str) -> None:
+    def _delete(self, sandbox_id: str) -> None:
         self._link.call(self._request("delete", sandbox=sandbox_id))
 
-    async def adelete(self, *, sandbox_id: str) -> None:
+    async def _adelete(self, sandbox_id: str) -> None:
         await self._link.acall(self._request("delete", sandbox=sandbox_id))
 
     def close(self) -> None:
