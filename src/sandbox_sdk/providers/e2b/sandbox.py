@@ -182,6 +182,7 @@ class E2BLifetime:
             return None
 
     def metadata(self) -> dict[str, str]:
+        """The lifetime as the sandbox's E2B metadata, read back by ``get``."""
         return {_IDLE_KEY: repr(self.idle_timeout), _EXPIRES_KEY: repr(self.expires_at)}
 
     @property
