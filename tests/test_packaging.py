@@ -34,13 +34,13 @@ def test_wheel_holds_one_package(tmp_path: Path) -> None:
         check=True,
         cwd=tmp_path,
     )
-    (wheel,) = tmp_path.glob("sandbox_sdk-*.whl")
+    (wheel,) = tmp_path.glob("sandbox_sdk_py-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "sandbox_sdk/providers/__init__.py" in names
     assert "sandbox_sdk/providers/local/__init__.py" in names
     assert "sandbox_sdk/remote/_runtime.py" in names
     assert "sandbox_sdk/py.typed" in names
-    assert all(name.startswith(("sandbox_sdk/", "sandbox_sdk-")) for name in names)
+    assert all(name.startswith(("sandbox_sdk/", "sandbox_sdk_py-")) for name in names)
     unpacked = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(unpacked)
     done = subprocess.run(

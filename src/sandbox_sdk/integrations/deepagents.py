@@ -41,7 +41,7 @@ try:
     from deepagents.backends.sandbox import MAX_BINARY_BYTES, MAX_OUTPUT_BYTES, TRUNCATION_MSG
 except ImportError as exc:  # pragma: no cover - only without the extra
     raise ImportError(
-        "sandbox_sdk.integrations.deepagents needs deepagents: pip install 'sandbox-sdk[deepagents]'"
+        "sandbox_sdk.integrations.deepagents needs deepagents: pip install 'sandbox-sdk-py[deepagents]'"
     ) from exc
 
 __all__ = ["PROTOCOL_0_7", "DeepAgentsBackend"]

@@ -1,7 +1,7 @@
 """Every sandbox-sdk provider as an inspect_ai sandbox environment.
 
 inspect_ai finds this module through its ``inspect_ai`` entry-point group
-(declared in pyproject.toml), so once ``sandbox-sdk[inspect]`` is installed an
+(declared in pyproject.toml), so once ``sandbox-sdk-py[inspect]`` is installed an
 eval can say ``sandbox=SandboxEnvironmentSpec("sandbox_sdk", SandboxSDKConfig(provider="bwrap"))``.
 Each sample gets a sandbox of its own, created in ``sample_init`` and deleted
 in ``sample_cleanup``; every sandbox carries :data:`LABELS`, by which
@@ -48,7 +48,7 @@ try:
     from inspect_ai.util._sandbox import SandboxTimeoutError
 except ImportError as exc:  # pragma: no cover - only without the extra
     raise ImportError(
-        "sandbox_sdk.integrations.inspect needs inspect_ai: pip install 'sandbox-sdk[inspect]'"
+        "sandbox_sdk.integrations.inspect needs inspect_ai: pip install 'sandbox-sdk-py[inspect]'"
     ) from exc
 
 __all__ = ["LABELS", "SANDBOX_TYPE", "SandboxSDKConfig", "SandboxSDKEnvironment"]

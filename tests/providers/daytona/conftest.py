@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 pytest.importorskip(
-    "daytona", reason="the daytona extra is not installed: pip install 'sandbox-sdk[daytona]'"
+    "daytona", reason="the daytona extra is not installed: pip install 'sandbox-sdk-py[daytona]'"
 )
 
 from sandbox_sdk.providers.daytona import DaytonaProvider

@@ -9,7 +9,7 @@ try:
     import mcp as _mcp  # noqa: F401 - only to say which extra is missing
 except ImportError as exc:  # pragma: no cover - only without the extra
     raise ImportError(
-        "sandbox_sdk.integrations.mcp needs the MCP SDK: pip install 'sandbox-sdk[mcp]'"
+        "sandbox_sdk.integrations.mcp needs the MCP SDK: pip install 'sandbox-sdk-py[mcp]'"
     ) from exc
 
 from sandbox_sdk.integrations.mcp.cli import add_arguments, main, run

@@ -1,4 +1,4 @@
-"""Daytona sandboxes (``pip install "sandbox-sdk[daytona]"``).
+"""Daytona sandboxes (``pip install "sandbox-sdk-py[daytona]"``).
 
 Credentials come from the SDK's usual environment variables (``DAYTONA_API_KEY``,
 ``DAYTONA_API_URL``, ``DAYTONA_TARGET``; or ``DAYTONA_JWT_TOKEN`` with

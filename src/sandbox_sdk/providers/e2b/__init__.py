@@ -1,4 +1,4 @@
-"""E2B cloud sandboxes: ``pip install "sandbox-sdk[e2b]"``.
+"""E2B cloud sandboxes: ``pip install "sandbox-sdk-py[e2b]"``.
 
 :class:`E2BSandbox` runs commands through ``commands.run`` and moves files
 through E2B's native file API; :class:`E2BProvider` creates, finds (by id or

@@ -1,4 +1,4 @@
-"""Modal sandboxes (``pip install "sandbox-sdk[modal]"``).
+"""Modal sandboxes (``pip install "sandbox-sdk-py[modal]"``).
 
 ``ModalProvider`` creates ``modal.Sandbox`` es inside one Modal app and hands
 them out as :class:`ModalSandbox`; our labels are Modal sandbox *tags*.

@@ -14,7 +14,7 @@ try:
     import modal.exception
     from modal.config import config as modal_config
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError("the modal provider needs the modal SDK: pip install 'sandbox-sdk[modal]'") from exc
+    raise ImportError("the modal provider needs the modal SDK: pip install 'sandbox-sdk-py[modal]'") from exc
 
 from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxInfo, SandboxPage

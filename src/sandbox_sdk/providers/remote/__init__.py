@@ -1,4 +1,4 @@
-"""Sandboxes on another machine, reached over a WebSocket: ``pip install "sandbox-sdk[remote]"``.
+"""Sandboxes on another machine, reached over a WebSocket: ``pip install "sandbox-sdk-py[remote]"``.
 
 A runner (``python -m sandbox_sdk.runner``) on the machine that holds the
 files executes each command through a local backend (bubblewrap by default);

@@ -1,0 +1,290 @@
+"""The ``sbx`` commands (click), one function each, on the public API only.
+
+Every command that reaches sandboxes takes ``--provider`` (else
+``$SANDBOX_SDK_PROVIDER``, else ``bwrap``, the embedded default). The SDK's
+typed errors and local ``OSError`` s become one ``Error: ...`` line and exit
+status 1; a usage mistake is click's message and status 2; ``exec`` and
+``shell`` exit with the command's own status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import stat
+import sys
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from importlib.metadata import entry_points
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from sandbox_sdk import (
+    FileInfo,
+    ProviderUnavailableError,
+    SandboxError,
+    SandboxNotFoundError,
+    SandboxProvider,
+    available_providers,
+    get_provider,
+)
+from sandbox_sdk.cli._copy import copy
+from sandbox_sdk.cli._shell import run_shell
+from sandbox_sdk.provider import ENTRY_POINT_GROUP
+from sandbox_sdk.provider_kit.host_state import HostStateProvider
+
+#: Names the provider when ``--provider`` is not given.
+PROVIDER_ENV = "SANDBOX_SDK_PROVIDER"
+#: The embedded default: isolated, local, no daemon.
+DEFAULT_PROVIDER = "bwrap"
+#: ``ls`` shows each entry's type as ``stat.filemode`` does.
+TYPE_BITS = {"file": stat.S_IFREG, "dir": stat.S_IFDIR, "symlink": stat.S_IFLNK, "other": 0}
+
+
+class SandboxCommands(click.Group):
+    """Turns the SDK's typed errors (and local ``OSError`` s, a missing local
+    file, say) into one clear line and exit status 1: never a traceback for
+    bad input."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SandboxNotFoundError as exc:
+            provider = ctx.meta.get("sbx.provider", DEFAULT_PROVIDER)
+            raise click.ClickException(
+                f"{exc} (provider {provider!r}: choose another with --provider or ${PROVIDER_ENV})"
+            ) from exc
+        except (SandboxError, OSError) as exc:
+            raise click.ClickException(describe(exc)) from exc
+
+
+def describe(exc: BaseException) -> str:
+    """An error as one line: the SDK's message, or an ``OSError`` with its path."""
+    if isinstance(exc, OSError) and not isinstance(exc, SandboxError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def parse_labels(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> dict[str, str]:
+    """``--label key=value`` (repeatable) as a dict; anything else is a usage error."""
+    labels: dict[str, str] = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {value!r}", ctx=ctx, param=param)
+        labels[key] = text
+    return labels
+
+
+def remember_provider(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """The chosen provider, kept for the not-found message."""
+    ctx.meta["sbx.provider"] = value
+    return value
+
+
+provider_option = click.option(
+    "--provider",
+    "-p",
+    envvar=PROVIDER_ENV,
+    default=DEFAULT_PROVIDER,
+    show_default=True,
+    show_envvar=True,
+    callback=remember_provider,
+    help="The provider to use.",
+)
+label_option = click.option(
+    "--label",
+    "-l",
+    "labels",
+    multiple=True,
+    callback=parse_labels,
+    metavar="KEY=VALUE",
+    help="A label (repeatable).",
+)
+
+
+@contextlib.contextmanager
+def opened(name: str) -> Iterator[SandboxProvider[Any]]:
+    """The provider named ``name``, closed (its clients released) afterwards."""
+    with get_provider(name) as provider:
+        yield provider
+
+
+@click.group(cls=SandboxCommands, context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Create sandboxes, run commands in them and move files in and out."""
+
+
+@cli.command()
+def providers() -> None:
+    """The installed providers and whether each can be used here."""
+    table = Table("provider", "status", "detail", box=None, pad_edge=False)
+    for name in sorted(set(available_providers())):
+        status, detail = probe(name)
+        table.add_row(Text(name), status, Text(detail))  # Text: brackets are not markup
+    Console(soft_wrap=True).print(table)
+
+
+def probe(name: str) -> tuple[str, str]:
+    """Whether provider ``name`` can be constructed here with its defaults
+    (bwrap starts a jail; the cloud providers find their credentials)."""
+    try:
+        provider = get_provider(name)
+    except ProviderUnavailableError as exc:
+        if isinstance(exc.__cause__, ImportError):
+            return "not installed", install_hint(name)
+        return "unavailable", str(exc)
+    except SandboxError as exc:  # missing credentials, say
+        return "unavailable", str(exc)
+    provider.close()
+    return "available", ""
+
+
+def install_hint(name: str) -> str:
+    """The ``pip install`` line for the extra of the distribution that registered ``name``."""
+    for point in entry_points(group=ENTRY_POINT_GROUP, name=name):
+        if point.dist is not None and name in (point.dist.metadata.get_all("Provides-Extra") or []):
+            return f"pip install '{point.dist.name}[{name}]'"
+    return f"install the package that provides the {name!r} provider"
+
+
+@cli.command()
+@provider_option
+@label_option
+@click.option("--ttl", type=float, metavar="SECONDS", help="Seconds from creation after which it expires.")
+@click.option("--idle-timeout", type=float, metavar="SECONDS", help="Seconds unused after which it expires.")
+def create(provider: str, labels: dict[str, str], ttl: float | None, idle_timeout: float | None) -> None:
+    """Create a sandbox and print its id."""
+    given = {"ttl": ttl, "idle_timeout": idle_timeout}
+    lifetime = {key: value for key, value in given.items() if value is not None}
+    with opened(provider) as sandboxes:
+        sandbox = sandboxes.create(labels=labels, **lifetime)
+    click.echo(sandbox.id)
+
+
+@cli.command("list")
+@provider_option
+@label_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON array, for scripts.")
+def list_sandboxes(provider: str, labels: dict[str, str], as_json: bool) -> None:
+    """List the sandboxes carrying every given label."""
+    with opened(provider) as sandboxes:
+        infos = list(sandboxes.iter_sandboxes(labels=labels))
+    if as_json:
+        click.echo(json.dumps([info.model_dump(mode="json") for info in infos], indent=2))
+        return
+    table = Table("id", "status", "created", "labels", box=None, pad_edge=False)
+    for info in infos:
+        labels_text = " ".join(f"{key}={value}" for key, value in sorted(info.labels.items()))
+        created = f"{info.created_at:%Y-%m-%d %H:%M:%S}"
+        table.add_row(Text(info.id), Text(info.status), created, Text(labels_text))
+    Console(soft_wrap=True).print(table)
+
+
+@cli.command("exec", context_settings={"allow_interspersed_args": False})
+@provider_option
+@click.option("--timeout", type=float, metavar="SECONDS", help="Kill the command after this long.")
+@click.argument("sandbox_id", metavar="ID")
+@click.argument("command", nargs=-1, required=True)
+@click.pass_context
+def exec_command(
+    ctx: click.Context, provider: str, timeout: float | None, sandbox_id: str, command: tuple[str, ...]
+) -> None:
+    """Run COMMAND in sandbox ID and exit with its status.
+
+    One argument is a shell command line as it stands (pipes, $VARS); several
+    are one command and its arguments, quoted: `sbx exec ID -- ls -la`."""
+    if command[0] == "--":  # parsing stopped at ID, so the separator is still there
+        command = command[1:]
+    if not command:
+        raise click.UsageError("no COMMAND after ID")
+    line = command[0] if len(command) == 1 else shlex.join(command)
+    with opened(provider) as sandboxes:
+        response = sandboxes.get(sandbox_id).execute(line, timeout=timeout)
+    sys.stdout.write(response.output)
+    sys.stdout.flush()
+    if response.truncated:
+        click.echo("sbx: the output was cut at the provider's limit", err=True)
+    if response.timed_out:
+        click.echo("sbx: the command was killed at its timeout", err=True)
+    ctx.exit(1 if response.exit_code is None else response.exit_code)
+
+
+@cli.command()
+@provider_option
+@click.argument("sandbox_id", metavar="ID")
+@click.pass_context
+def shell(ctx: click.Context, provider: str, sandbox_id: str) -> None:
+    """Run command lines in sandbox ID, one at a time, until `exit` or end of input.
+
+    No terminal is needed: lines can be piped in. Each line runs in a new
+    shell in the directory the previous one ended in."""
+    with opened(provider) as sandboxes:
+        ctx.exit(run_shell(sandboxes.get(sandbox_id)))
+
+
+@cli.command()
+@provider_option
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.argument("source")
+@click.argument("dest")
+def cp(provider: str, quiet: bool, source: str, dest: str) -> None:
+    """Copy a file or directory into a sandbox (LOCAL ID:PATH) or out of one (ID:PATH LOCAL).
+
+    Like cp -r: into DEST if it is an existing directory, else as DEST. A
+    progress bar shows on a terminal once a copy takes more than a moment."""
+    with opened(provider) as sandboxes:
+        copy(sandboxes, source, dest, Console(stderr=True, quiet=quiet))
+
+
+@cli.command("ls")
+@provider_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON array, for scripts.")
+@click.argument("sandbox_id", metavar="ID")
+@click.argument("path", default=".")
+def ls(provider: str, as_json: bool, sandbox_id: str, path: str) -> None:
+    """List a directory of sandbox ID (its working directory by default)."""
+    with opened(provider) as sandboxes:
+        entries = sandboxes.get(sandbox_id).ls(path)
+    if as_json:
+        click.echo(json.dumps([entry.model_dump(mode="json") for entry in entries], indent=2))
+        return
+    for entry in entries:
+        click.echo(long_line(entry))
+
+
+def long_line(entry: FileInfo) -> str:
+    """One ``ls -l`` style line: mode, size, modification time, name."""
+    mode = stat.filemode(TYPE_BITS[entry.type] | entry.mode)
+    when = datetime.fromtimestamp(entry.mtime)
+    suffix = "/" if entry.type == "dir" else ""
+    return f"{mode} {entry.size:>12} {when:%Y-%m-%d %H:%M} {entry.name}{suffix}"
+
+
+@cli.command("rm")
+@provider_option
+@click.argument("sandbox_ids", metavar="ID...", nargs=-1, required=True)
+def remove(provider: str, sandbox_ids: tuple[str, ...]) -> None:
+    """Delete sandboxes (one that does not exist is no error, as in the API)."""
+    with opened(provider) as sandboxes:
+        for sandbox_id in sandbox_ids:
+            sandboxes.delete(sandbox_id=sandbox_id)
+            click.echo(sandbox_id)
+
+
+@cli.command()
+@provider_option
+def reap(provider: str) -> None:
+    """Delete every expired sandbox and print their ids."""
+    with opened(provider) as sandboxes:
+        if not isinstance(sandboxes, HostStateProvider):
+            raise click.ClickException(
+                f"provider {provider!r} has nothing to reap: its platform removes expired sandboxes itself"
+            )
+        for sandbox_id in sandboxes.reap():
+            click.echo(sandbox_id)

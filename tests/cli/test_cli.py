@@ -1,0 +1,345 @@
+"""The ``sbx`` command through its installed entry point, in real subprocesses,
+against the local and bwrap providers (each test has its own state directory)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+#: The console script installed next to this interpreter.
+SBX = Path(sys.executable).with_name("sbx")
+#: A file that takes well over the progress bar's "moment" to copy (uploads run at tens of MiB/s).
+LARGE = 64 * 1024 * 1024
+#: What rich draws a bar with.
+BAR = "━"
+
+
+@dataclass
+class Sbx:
+    """Runs ``sbx`` with a private state directory and a chosen provider."""
+
+    home: Path
+    provider: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    def environment(self) -> dict[str, str]:
+        ours = ("SANDBOX_SDK_", "FORCE_COLOR", "TTY_")  # the caller's choices of provider and terminal
+        env = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
+        return {**env, "SANDBOX_SDK_HOME": str(self.home), "SANDBOX_SDK_PROVIDER": self.provider, **self.env}
+
+    def __call__(
+        self, *args: str | Path, stdin: str = "", check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [SBX, *map(str, args)],
+            check=False,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=self.environment(),
+            timeout=300,
+        )
+        assert "Traceback" not in done.stderr, done.stderr
+        if check:
+            assert done.returncode == 0, done.stderr
+        return done
+
+    def create(self, *args: str) -> str:
+        sandbox_id = self("create", *args).stdout.strip()
+        assert sandbox_id.startswith(f"{self.provider}-"), sandbox_id
+        return sandbox_id
+
+
+@pytest.fixture(params=["local", "bwrap"])
+def sbx(request: pytest.FixtureRequest, tmp_path: Path) -> Sbx:
+    return Sbx(tmp_path / "state", request.param)
+
+
+@pytest.fixture
+def sandbox(sbx: Sbx) -> Iterator[str]:
+    sandbox_id = sbx.create()
+    yield sandbox_id
+    sbx("rm", sandbox_id)
+
+
+def make_tree(root: Path) -> dict[str, bytes]:
+    """A small tree with a nested file, an empty directory and binary content."""
+    files = {"a.txt": b"alpha\n", "sub/b.bin": bytes(range(256)) * 40, "sub/deeper/c": b""}
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    (root / "empty").mkdir()
+    return files
+
+
+def tree_of(root: Path) -> tuple[dict[str, bytes], set[str]]:
+    """The files (with their bytes) and the directories under ``root``."""
+    files = {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    dirs = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_dir()}
+    return files, dirs
+
+
+# -- providers, create, list, rm --------------------------------------------------------
+
+
+def test_providers_tells_which_can_be_used_here(tmp_path: Path) -> None:
+    done = Sbx(tmp_path, "bwrap")("providers")
+    rows = {line.split()[0]: line for line in done.stdout.splitlines()[1:] if line.strip() and line[0] != " "}
+    assert {"local", "bwrap", "daytona", "e2b", "modal", "remote"} <= rows.keys()
+    assert rows["local"].split()[1] == "available"
+    assert rows["bwrap"].split()[1] == "available"
+    assert "SANDBOX_SDK_REMOTE_URL" in done.stdout  # why remote is unavailable here
+
+
+def test_providers_gives_the_install_hint_of_a_missing_extra(tmp_path: Path) -> None:
+    """A provider registered by a distribution whose extra is not installed: its
+    module does not import, and the hint names that distribution's extra."""
+    site = tmp_path / "site"
+    info = site / "ghostly_sandboxes-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: ghostly-sandboxes\nVersion: 1.0\nProvides-Extra: ghost\n"
+    )
+    (info / "entry_points.txt").write_text("[sandbox_sdk.providers]\nghost = ghostly_sandboxes:Provider\n")
+    sbx = Sbx(tmp_path, "bwrap", env={"PYTHONPATH": str(site)})
+    done = sbx("providers")
+    (row,) = [line for line in done.stdout.splitlines() if line.startswith("ghost ")]
+    assert row.split()[1:3] == ["not", "installed"]
+    assert "pip install 'ghostly-sandboxes[ghost]'" in row
+
+
+def test_create_list_and_rm(sbx: Sbx) -> None:
+    first = sbx.create("--label", "team=a", "--label", "thread=1", "--ttl", "600")
+    second = sbx.create("-l", "team=b", "--idle-timeout", "300")
+    listed = json.loads(sbx("list", "--json").stdout)
+    assert [info["id"] for info in listed] == [first, second]
+    assert listed[0]["labels"] == {"team": "a", "thread": "1"}
+    assert listed[0]["metadata"]["ttl"] == 600
+    assert listed[1]["metadata"]["idle_timeout"] == 300
+    assert [info["id"] for info in json.loads(sbx("list", "--json", "-l", "team=b").stdout)] == [second]
+    table = sbx("list", "--label", "thread=1").stdout
+    assert first in table and second not in table and "team=a thread=1" in table
+    assert sbx("rm", first, second).stdout.split() == [first, second]
+    assert json.loads(sbx("list", "--json").stdout) == []
+    assert sbx("rm", first).returncode == 0  # deleting what is gone succeeds, as in the API
+
+
+def test_the_provider_comes_from_the_option_else_the_environment(tmp_path: Path) -> None:
+    sbx = Sbx(tmp_path, "bwrap")
+    sandbox_id = sbx("create", "--provider", "local").stdout.strip()
+    assert sandbox_id.startswith("local-")
+    assert json.loads(sbx("list", "--json").stdout) == []  # bwrap, from the environment
+    assert [i["id"] for i in json.loads(sbx("list", "--json", "-p", "local").stdout)] == [sandbox_id]
+
+
+def test_reap_deletes_the_expired(sbx: Sbx) -> None:
+    expiring = sbx.create("--idle-timeout", "1")
+    kept = sbx.create()
+    deadline = time.monotonic() + 60
+    while (reaped := sbx("reap").stdout.split()) == [] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert reaped == [expiring]
+    assert [info["id"] for info in json.loads(sbx("list", "--json").stdout)] == [kept]
+
+
+def test_reap_on_a_platform_that_expires_its_own(tmp_path: Path) -> None:
+    done = Sbx(tmp_path, "e2b", env={"E2B_API_KEY": "e2b_test"})("reap", check=False)
+    assert done.returncode == 1
+    assert "nothing to reap" in done.stderr
+
+
+# -- exec and shell ---------------------------------------------------------------------
+
+
+def test_exec_passes_output_and_exit_status_through(sbx: Sbx, sandbox: str) -> None:
+    done = sbx("exec", sandbox, "--", "sh", "-c", "echo out; echo err >&2; exit 7", check=False)
+    assert done.returncode == 7
+    assert done.stdout.splitlines() == ["out", "err"]  # stdout and stderr merged, as agents see them
+    line = sbx("exec", sandbox, "printf '%s\\n' a b | tr a-z A-Z")  # one argument: a shell line
+    assert line.stdout == "A\nB\n"
+    quoted = sbx("exec", sandbox, "printf", "[%s]", "two words", "$HOME")  # several: quoted
+    assert quoted.stdout == "[two words][$HOME]"
+
+
+def test_exec_timeout_is_status_124(sbx: Sbx, sandbox: str) -> None:
+    done = sbx("exec", "--timeout", "1", sandbox, "--", "sleep", "60", check=False)
+    assert done.returncode == 124
+    assert "killed at its timeout" in done.stderr
+
+
+def test_shell_reads_lines_and_keeps_the_directory(sbx: Sbx, sandbox: str) -> None:
+    lines = "mkdir -p work/deep\ncd work/deep\n\npwd\necho hi > f; ls\nfalse\n"
+    done = sbx("shell", sandbox, stdin=lines, check=False)
+    assert done.returncode == 1  # the last command's status
+    out = done.stdout.splitlines()
+    assert out[0].endswith("/work/deep")
+    assert out[1:] == ["f"]
+    assert sbx("exec", sandbox, "cat work/deep/f").stdout == "hi\n"
+    assert sbx("shell", sandbox, stdin="true\nexit 3\necho never\n", check=False).returncode == 3
+
+
+# -- cp and ls --------------------------------------------------------------------------
+
+
+def test_cp_files_both_ways(sbx: Sbx, sandbox: str, tmp_path: Path) -> None:
+    source = tmp_path / "data.bin"
+    source.write_bytes(os.urandom(300_000))
+    sbx("cp", source, f"{sandbox}:in/copy.bin")
+    sbx("exec", sandbox, "mkdir -p box")
+    sbx("cp", source, f"{sandbox}:box")  # into an existing directory, under its own name
+    assert sbx("exec", sandbox, "cmp in/copy.bin box/data.bin && echo same").stdout == "same\n"
+    back = tmp_path / "back.bin"
+    sbx("cp", f"{sandbox}:in/copy.bin", back)
+    assert back.read_bytes() == source.read_bytes()
+    into = tmp_path / "into"
+    into.mkdir()
+    sbx("cp", f"{sandbox}:box/data.bin", into)
+    assert (into / "data.bin").read_bytes() == source.read_bytes()
+
+
+def test_cp_directories_both_ways(sbx: Sbx, sandbox: str, tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    files = make_tree(tree)
+    sbx("cp", tree, f"{sandbox}:project")
+    sbx("cp", tree, f"{sandbox}:project")  # project exists now: copied into it, as cp -r does
+    listing = sbx("exec", sandbox, "find project -type f | sort").stdout.split()
+    assert listing == sorted([f"project/{n}" for n in files] + [f"project/tree/{n}" for n in files])
+    sbx("cp", f"{sandbox}:project", tmp_path / "back")
+    back_files, back_dirs = tree_of(tmp_path / "back")
+    assert back_files == {**files, **{f"tree/{name}": data for name, data in files.items()}}
+    assert {"empty", "tree/empty", "sub/deeper"} <= back_dirs
+
+
+def test_ls_lists_a_directory(sbx: Sbx, sandbox: str) -> None:
+    sbx("exec", sandbox, "mkdir -p d/inner && printf 12345 > d/five && chmod 640 d/five")
+    lines = sbx("ls", sandbox, "d").stdout.splitlines()
+    assert [line.split()[-1] for line in lines] == ["five", "inner/"]
+    assert lines[0].split()[:2] == ["-rw-r-----", "5"]
+    assert lines[1].startswith("d")
+    entries = json.loads(sbx("ls", "--json", sandbox, "d").stdout)
+    assert [(e["name"], e["type"], e["size"]) for e in entries] == [
+        ("five", "file", 5),
+        ("inner", "dir", 4096),
+    ]
+    assert "d/" in sbx("ls", sandbox).stdout.split()
+
+
+# -- progress bars ----------------------------------------------------------------------
+
+
+def run_on_a_terminal(sbx: Sbx, *args: str | Path) -> tuple[int, str]:
+    """``sbx`` with its stderr on a pseudo-terminal: its status and what it drew there."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [SBX, *map(str, args)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=follower,
+        env={**sbx.environment(), "TERM": "xterm", "COLUMNS": "120"},
+    )
+    os.close(follower)
+    drawn = bytearray()
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal's last writer has gone
+                return
+            if not chunk:
+                return
+            drawn.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    status = process.wait(timeout=300)
+    reader.join(timeout=60)
+    os.close(leader)
+    return status, drawn.decode(errors="replace")
+
+
+@pytest.mark.parametrize("sbx", ["local"], indirect=True)
+def test_progress_bars_on_a_terminal_only(sbx: Sbx, sandbox: str, tmp_path: Path) -> None:
+    large = tmp_path / "large.bin"
+    large.write_bytes(os.urandom(LARGE))
+    status, drawn = run_on_a_terminal(sbx, "cp", large, f"{sandbox}:large.bin")
+    assert status == 0
+    assert BAR in drawn and "MB" in drawn and "large.bin" in drawn
+    status, drawn = run_on_a_terminal(sbx, "cp", f"{sandbox}:large.bin", tmp_path / "back.bin")
+    assert status == 0
+    assert BAR in drawn
+    assert (tmp_path / "back.bin").read_bytes() == large.read_bytes()
+    status, drawn = run_on_a_terminal(sbx, "cp", "--quiet", large, f"{sandbox}:quiet.bin")
+    assert status == 0
+    assert drawn == ""
+    piped = sbx("cp", large, f"{sandbox}:piped.bin")  # stderr is a pipe, not a terminal
+    assert piped.stderr == ""
+    assert sbx("exec", sandbox, "cmp large.bin quiet.bin && cmp large.bin piped.bin && echo same").stdout == (
+        "same\n"
+    )
+
+
+# -- bad input: one clear line, a non-zero status, never a traceback ---------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("exec", "{missing}", "--", "true"),
+        ("ls", "{missing}"),
+        ("shell", "{missing}"),
+        ("cp", "{missing}:x", "local-copy"),
+    ],
+)
+def test_an_unknown_id_is_a_clear_error(sbx: Sbx, args: tuple[str, ...], tmp_path: Path) -> None:
+    missing = f"{sbx.provider}-00000000000000000000dead"
+    done = sbx(*(arg.format(missing=missing) for arg in args), check=False)
+    assert done.returncode == 1
+    assert done.stderr.startswith("Error: ") and missing in done.stderr
+    assert "--provider" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("create", "--label", "no-equals-sign"), "expected KEY=VALUE"),
+        (("list", "--label", "=value"), "expected KEY=VALUE"),
+        (("cp", "a", "b"), "one of SOURCE and DEST must be ID:PATH"),
+        (("exec", "some-id"), "Missing argument"),
+        (("create", "--ttl", "soon"), "'soon' is not a valid float"),
+    ],
+)
+def test_a_usage_mistake_is_status_2(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    done = Sbx(tmp_path, "local")(*args, check=False)
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_bad_values_and_missing_files_are_clear_errors(sbx: Sbx, sandbox: str, tmp_path: Path) -> None:
+    negative = sbx("create", "--ttl", "-5", check=False)
+    assert negative.returncode == 1 and "ttl" in negative.stderr
+    absent = tmp_path / "absent.txt"
+    missing_local = sbx("cp", absent, f"{sandbox}:x", check=False)
+    assert missing_local.returncode == 1
+    assert missing_local.stderr == f"Error: {absent}: No such file or directory\n"
+    missing_remote = sbx("cp", f"{sandbox}:nothing-here", tmp_path / "y", check=False)
+    assert missing_remote.returncode == 1 and "nothing-here" in missing_remote.stderr
+    unknown = Sbx(tmp_path, "no-such-provider")("list", check=False)
+    assert unknown.returncode == 1 and "no sandbox provider named 'no-such-provider'" in unknown.stderr
+
+
+def test_python_dash_m_runs_the_same_command(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "sandbox_sdk", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "cp" in done.stdout and "providers" in done.stdout
