@@ -233,11 +233,14 @@ def test_handle_to_a_deleted_sandbox_raises_not_found(provider: E2BProvider) -> 
         sandbox.execute("true")
 
 
-def test_get_or_create_logs_when_it_creates(provider: E2BProvider, caplog: pytest.LogCaptureFixture) -> None:
-    """A sandbox that expired is gone from E2B without a trace: the lookup finds
-    nothing, and get_or_create says it creates a new, empty one."""
+def test_get_or_create_says_an_expired_sandbox_expired(
+    provider: E2BProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An expired sandbox is gone from E2B without a trace: the lookup finds nothing.
+    get_or_create says it creates a new sandbox, and, when this provider handed out
+    the expired one, warns that it expired and that the new one starts empty."""
     labels = unique_labels()
-    first = provider.create(labels=labels, ttl=1)
+    first = provider.get_or_create(labels=labels, ttl=1)
     deadline = time.monotonic() + 20
     while provider.list(labels=labels).items and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -245,9 +248,28 @@ def test_get_or_create_logs_when_it_creates(provider: E2BProvider, caplog: pytes
         second = provider.get_or_create(labels=labels)
     try:
         assert second.id != first.id
-        assert any("creating a new sandbox" in record.getMessage() for record in caplog.records)
+        messages = [record.getMessage() for record in caplog.records]
+        assert any("creating a new sandbox" in message for message in messages)
+        expired = [r for r in caplog.records if r.levelno == logging.WARNING and first.id in r.getMessage()]
+        assert len(expired) == 1 and "starts empty" in expired[0].getMessage()
     finally:
         provider.delete(sandbox_id=second.id)
+
+
+def test_no_expiry_warning_for_a_live_or_deleted_sandbox(
+    provider: E2BProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    labels = unique_labels()
+    with caplog.at_level(logging.INFO, logger="sandbox_sdk"):
+        first = provider.create(labels=labels)
+        second = provider.create(labels=labels)  # the first is alive
+        provider.delete(sandbox_id=second.id)
+        third = provider.get_or_create(labels=labels)
+        assert third.id == first.id
+        provider.delete(sandbox_id=first.id)
+        fourth = provider.get_or_create(labels=labels)  # the third was deleted, not expired
+        provider.delete(sandbox_id=fourth.id)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 def test_get_by_id(provider: E2BProvider) -> None:

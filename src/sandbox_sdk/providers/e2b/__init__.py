@@ -13,7 +13,8 @@ What the platform does not give, and what this provider does about it:
   the idle timeout, never past ``ttl`` (:class:`E2BLifetime`). E2B's maximum
   uptime (24 h on Pro, 1 h on Hobby: the provider's ``max_lifetime``) caps both.
 - A sandbox that expired is gone without a trace: ``get_or_create`` by labels
-  then creates a new, empty one, and logs that it does.
+  then creates a new, empty one, and logs that it does (a warning naming the
+  expired sandbox when this provider handed it out).
 - envd's command deadline kills the shell only. Each command therefore runs
   in its own session (``setsid``, from util-linux, which E2B's templates
   have), and on timeout one more command kills that process group.

@@ -9,6 +9,8 @@ The async twins use the SDK's native ``AsyncSandbox`` class methods.
 from __future__ import annotations
 
 import builtins
+import datetime as dt
+import logging
 import os
 import time
 from collections.abc import Mapping
@@ -35,6 +37,8 @@ API_KEY_ENV = "E2B_API_KEY"
 #: E2B's longest sandbox uptime, in seconds: 24 hours on the Pro tier (1 hour,
 #: 3600, on Hobby). The SDK's ``Sandbox.create`` docstring states both.
 MAX_LIFETIME = 86_400
+logger = logging.getLogger(__name__)
+
 #: Options of ``create`` handed to ``Sandbox.create`` as they are.
 CREATE_OPTIONS = frozenset({"template", "envs", "allow_internet_access", "lifecycle", "network"})
 
@@ -122,6 +126,8 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
         self.template = template
         self.command_timeout = check_timeout(command_timeout)
         self.max_lifetime = max_lifetime
+        #: The last handle handed out for each label set, to tell when one expired.
+        self._handles: dict[frozenset[tuple[str, str]], E2BSandbox] = {}
 
     def _create_kwargs(
         self, labels: dict[str, str], options: dict[str, Any]
@@ -150,21 +156,58 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
         kwargs = {"template": self.template, **options, "timeout": timeout}
         return {**kwargs, "metadata": metadata, **self._connection}, lifetime
 
-    def _wrap(self, sandbox: Sandbox | AsyncSandbox, lifetime: E2BLifetime | None) -> E2BSandbox:
-        return E2BSandbox(sandbox, timeout=self.command_timeout, lifetime=lifetime)
+    def _wrap(
+        self,
+        sandbox: Sandbox | AsyncSandbox,
+        labels: Mapping[str, str],
+        lifetime: E2BLifetime | None,
+        deadline: float | None,
+    ) -> E2BSandbox:
+        """The handle, remembered as the last one handed out with its labels."""
+        handle = E2BSandbox(sandbox, timeout=self.command_timeout, lifetime=lifetime, deadline=deadline)
+        if labels:
+            self._handles[frozenset(labels.items())] = handle
+        return handle
 
-    def _connect_timeout(
-        self, sandbox_id: str, info: E2BSandboxInfo
-    ) -> tuple[E2BLifetime | None, int | None]:
-        """The lifetime a sandbox's metadata records, and the timeout to connect with:
-        one more idle period, which connecting only ever lengthens."""
+    def _report_expired(self, labels: Mapping[str, str]) -> None:
+        """Before creating a sandbox with ``labels``: if the last one this provider
+        handed out with them is past its deadline, it expired, and E2B deleted it
+        with its files; say so, since nothing on E2B still tells."""
+        previous = self._handles.pop(frozenset(labels.items()), None)
+        if previous is not None and previous.deadline is not None and previous.deadline < time.time():
+            logger.warning(
+                "E2B sandbox %s, which carried labels %s, expired at %s (unused for its idle_timeout,"
+                " or past its ttl) and was deleted with its files: the new sandbox starts empty",
+                previous.id,
+                dict(labels),
+                dt.datetime.fromtimestamp(previous.deadline, dt.UTC).isoformat(timespec="seconds"),
+            )
+
+    def _forget(self, sandbox_id: str) -> None:
+        """A sandbox deleted here did not expire."""
+        for key, handle in builtins.list(self._handles.items()):
+            if handle.id == sandbox_id:
+                self._handles.pop(key, None)
+
+    def _connected(
+        self, sandbox: Sandbox | AsyncSandbox, info: E2BSandboxInfo, timeout: int | None
+    ) -> E2BSandbox:
+        """The handle of a sandbox connected to with ``timeout``, which connecting only lengthens."""
+        deadline = info.end_at.timestamp()
+        if timeout is not None:
+            deadline = max(deadline, time.time() + timeout)
+        return self._wrap(sandbox, _labels(info.metadata), E2BLifetime.from_metadata(info.metadata), deadline)
+
+    def _connect_timeout(self, info: E2BSandboxInfo) -> int | None:
+        """The timeout to connect with: one more idle period, if the sandbox's
+        metadata records its lifetime."""
         lifetime = E2BLifetime.from_metadata(info.metadata)
         if lifetime is None:
-            return None, None
+            return None
         timeout = lifetime.timeout(time.time())
         if timeout is None:
-            raise errors.SandboxNotFoundError(f"E2B sandbox {sandbox_id} has reached its ttl")
-        return lifetime, timeout
+            raise errors.SandboxNotFoundError(f"E2B sandbox {info.sandbox_id} has reached its ttl")
+        return timeout
 
     def _list_kwargs(
         self, labels: Mapping[str, str] | None, cursor: str | None, limit: int
@@ -183,17 +226,20 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
 
     def _create(self, *, labels: dict[str, str], **options: Any) -> E2BSandbox:
         kwargs, lifetime = self._create_kwargs(labels, options)
+        self._report_expired(labels)
         with translate_errors("create an E2B sandbox"):
-            return self._wrap(Sandbox.create(**kwargs), lifetime)
+            sandbox = Sandbox.create(**kwargs)
+        return self._wrap(sandbox, labels, lifetime, time.time() + kwargs["timeout"])
 
     def _get(self, sandbox_id: str) -> E2BSandbox:
         """Read the sandbox's lifetime from its metadata, then connect (which resumes a
         paused sandbox) with one more idle period: two requests."""
         with translate_errors(f"connect to E2B sandbox {sandbox_id}"):
-            lifetime, timeout = self._connect_timeout(
-                sandbox_id, Sandbox.get_info(sandbox_id, **self._connection)
+            info = Sandbox.get_info(sandbox_id, **self._connection)
+            timeout = self._connect_timeout(info)
+            return self._connected(
+                Sandbox.connect(sandbox_id, timeout=timeout, **self._connection), info, timeout
             )
-            return self._wrap(Sandbox.connect(sandbox_id, timeout=timeout, **self._connection), lifetime)
 
     def list(
         self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
@@ -204,6 +250,7 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
         return SandboxPage(items=[_info(item) for item in items], next_cursor=paginator.next_token)
 
     def _delete(self, sandbox_id: str) -> None:
+        self._forget(sandbox_id)
         with translate_errors(f"delete E2B sandbox {sandbox_id}"):
             Sandbox.kill(sandbox_id, **self._connection)  # False when already gone: success too
 
@@ -211,15 +258,17 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
 
     async def _acreate(self, *, labels: dict[str, str], **options: Any) -> E2BSandbox:
         kwargs, lifetime = self._create_kwargs(labels, options)
+        self._report_expired(labels)
         with translate_errors("create an E2B sandbox"):
-            return self._wrap(await AsyncSandbox.create(**kwargs), lifetime)
+            sandbox = await AsyncSandbox.create(**kwargs)
+        return self._wrap(sandbox, labels, lifetime, time.time() + kwargs["timeout"])
 
     async def _aget(self, sandbox_id: str) -> E2BSandbox:
         with translate_errors(f"connect to E2B sandbox {sandbox_id}"):
             info = await AsyncSandbox.get_info(sandbox_id, **self._connection)
-            lifetime, timeout = self._connect_timeout(sandbox_id, info)
+            timeout = self._connect_timeout(info)
             sandbox = await AsyncSandbox.connect(sandbox_id, timeout=timeout, **self._connection)
-            return self._wrap(sandbox, lifetime)
+            return self._connected(sandbox, info, timeout)
 
     async def alist(
         self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
@@ -230,5 +279,6 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
         return SandboxPage(items=[_info(item) for item in items], next_cursor=paginator.next_token)
 
     async def _adelete(self, sandbox_id: str) -> None:
+        self._forget(sandbox_id)
         with translate_errors(f"delete E2B sandbox {sandbox_id}"):
             await AsyncSandbox.kill(sandbox_id, **self._connection)

@@ -462,7 +462,9 @@ class E2BSandbox(BaseSandbox):
     seconds. With a ``lifetime`` (the provider's handles have one) the handle
     keeps the sandbox alive as :class:`E2BLifetime` says, starting one interval
     from now (the deadline was just set, by create or connect); without one
-    the sandbox lives until the deadline its creator set.
+    the sandbox lives until the deadline its creator set. ``deadline`` is when
+    E2B kills the sandbox (wall-clock seconds, at the latest), if known; the
+    keep-alive moves it.
     """
 
     def __init__(
@@ -472,6 +474,7 @@ class E2BSandbox(BaseSandbox):
         timeout: float = DEFAULT_TIMEOUT,
         max_output_bytes: int | None = None,
         lifetime: E2BLifetime | None = None,
+        deadline: float | None = None,
     ) -> None:
         if not isinstance(sandbox, Sandbox | AsyncSandbox):
             raise errors.InvalidArgumentError(
@@ -484,6 +487,7 @@ class E2BSandbox(BaseSandbox):
         if max_output_bytes is not None:
             self.max_output_bytes = max_output_bytes
         self.lifetime = lifetime
+        self.deadline = deadline
         self._keep_alive_lock = threading.Lock()
         self._keep_alive = self._restart_keep_alive()
 
@@ -503,6 +507,9 @@ class E2BSandbox(BaseSandbox):
         assert self.lifetime is not None
         seconds = self.lifetime.timeout(time.time())
         return None if seconds is None else SetTimeout(seconds)
+
+    def _extended(self, extension: SetTimeout) -> None:
+        self.deadline = time.time() + extension.seconds
 
     def _extension_failed(self) -> None:
         """Try again on the next call rather than an interval later."""
@@ -544,6 +551,7 @@ class E2BSandbox(BaseSandbox):
             except errors.SandboxError:
                 self._extension_failed()
                 raise
+            self._extended(extension)
         with request.errors():
             return request.call(self.sdk_sandbox)
 
@@ -557,6 +565,7 @@ class E2BSandbox(BaseSandbox):
             except errors.SandboxError:
                 self._extension_failed()
                 raise
+            self._extended(extension)
         with request.errors():
             return await request.call(self.sdk_async_sandbox)
 
