@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors
+from sandbox_sdk._core import NativeRequest
 from sandbox_sdk._kernel import can_clean_up
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, SandboxInfo, SandboxPage
@@ -88,7 +89,10 @@ class Unlock:
     held: AbstractContextManager[object]
 
 
-Request = Get | List | Create | Probe | Delete | Lock | Unlock
+#: A provider's flow may also yield its own requests (subclasses of
+#: :class:`~sandbox_sdk.provider_kit.NativeRequest`), which its ``_perform`` /
+#: ``_aperform`` override carries out, handing every other request to ``super()``.
+Request = Get | List | Create | Probe | Delete | Lock | Unlock | NativeRequest
 #: A lifecycle flow returning ``T``.
 Flow = Generator[Request, Any, T]
 

@@ -189,6 +189,7 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
                 return enter_lock(self._label_lock(labels))
             case Unlock(held):
                 return held.__exit__(None, None, None)
+        raise TypeError(f"{type(self).__name__} cannot perform a {type(request).__name__}")
 
     async def _aperform(self, request: Request) -> Any:
         """One request of a flow, with the async primitives; a blocking label
@@ -208,6 +209,7 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
                 return await anyio.to_thread.run_sync(enter_lock, self._label_lock(labels))
             case Unlock(held):
                 return held.__exit__(None, None, None)
+        raise TypeError(f"{type(self).__name__} cannot perform a {type(request).__name__}")
 
 
 def enter_lock(lock: contextlib.AbstractContextManager[object]) -> contextlib.AbstractContextManager[object]:

@@ -21,13 +21,23 @@ the SDK only picks for GPUs, network file systems or a PTY, is not served):
     AppGetOrCreate          ``modal.App.lookup(name, create_if_missing=...)``
     ImageGetOrCreate        every image is "already built"
     SandboxCreateV2         a sandbox is a fresh temp directory (its default working directory);
-                            ``env`` arrives inline as a secret source
+                            ``env`` arrives inline as a secret source. A ``name`` is unique among
+                            the app's running sandboxes: another create of it is ALREADY_EXISTS
+                            ("name: ... Unique within an app", "Raises: AlreadyExistsError",
+                            ``Sandbox.create`` in ``modal/sandbox/_sandbox.py``), and free again once
+                            its sandbox ends ("another running Sandbox in the App already holds the
+                            name", ``_experimental_set_name``, same file)
+    SandboxGetFromNameV2    the app's running sandbox of a name, else with ``include_terminated``
+                            the most recent one of that name that ended (``from_name``'s docstring,
+                            same file), else NOT_FOUND
     SandboxGetTaskIdV2      task id while running, the final result once finished
     SandboxGetCommandRouterAccess  ``http://127.0.0.1:<port>`` (this same server) and a JWT
     SandboxWaitV2           long poll on the sandbox result (``timeout`` seconds)
     SandboxTerminateV2      kills every running exec, removes the directory
     SandboxListV2           app / tag filter, running only, newest first, ``before_timestamp``
-                            paging with :attr:`FakeModalServer.page_size` entries a page
+                            paging with :attr:`FakeModalServer.page_size` entries a page; each
+                            entry with its tags, name and creation time (``SandboxInfo``);
+                            :attr:`FakeModalServer.list_delay` holds the answer back
     SandboxTagsGetV2 / SandboxTagsSetV2
 
 Task command router RPCs served:
@@ -230,6 +240,7 @@ class _State:
         self.router_url = ""
         self.page_size = 3
         self.exec_start_delay = 0.0
+        self.list_delay = 0.0
         self.apps: dict[str, str] = {}
         self.sandboxes: dict[str, _Sandbox] = {}
         self._clock = 0.0
@@ -265,6 +276,12 @@ class _State:
             sandbox.idle = asyncio.get_running_loop().call_later(
                 seconds, self.finish, sandbox, timeout, "Sandbox idle timeout"
             )
+
+    def running_named(self, app_id: str, name: str) -> _Sandbox | None:
+        for sandbox in self.sandboxes.values():
+            if sandbox.app_id == app_id and sandbox.definition.name == name and sandbox.result is None:
+                return sandbox
+        return None
 
     def sandbox(self, sandbox_id: str) -> _Sandbox:
         try:
@@ -376,6 +393,8 @@ class _ControlPlane(_unimplemented_rpcs(ModalClientBase), ModalClientBase):  # t
         env: dict[str, str] = {}
         for source in request.secret_sources:
             env.update(source.env.contents)
+        if definition.name and state.running_named(request.app_id, definition.name):
+            raise GRPCError(Status.ALREADY_EXISTS, f"Sandbox named {definition.name!r} already exists")
         sandbox_id = _new_id("sb", v2=True)
         directory = state.root / sandbox_id
         directory.mkdir()
@@ -406,6 +425,26 @@ class _ControlPlane(_unimplemented_rpcs(ModalClientBase), ModalClientBase):  # t
                 task_id=sandbox.task_id,
                 metadata=api_pb2.SandboxHandleMetadata(app_id=request.app_id),
                 command_router_access=api_pb2.CommandRouterAccess(url=state.router_url, jwt=state.jwt),
+            )
+        )
+
+    async def SandboxGetFromNameV2(self, stream: Stream[Any, Any]) -> None:
+        request: api_pb2.SandboxGetFromNameRequest = await self._request(stream)
+        app_id = self.state.apps.get(request.app_name, "")
+        found = self.state.running_named(app_id, request.sandbox_name)
+        if found is None and request.include_terminated:
+            ended = [
+                sandbox
+                for sandbox in self.state.sandboxes.values()
+                if sandbox.app_id == app_id and sandbox.definition.name == request.sandbox_name
+            ]
+            found = max(ended, key=lambda sandbox: sandbox.created_at, default=None)
+        if found is None:
+            raise GRPCError(Status.NOT_FOUND, f"Sandbox named {request.sandbox_name!r} not found")
+        await stream.send_message(
+            api_pb2.SandboxGetFromNameResponse(
+                sandbox_id=found.id,
+                metadata=api_pb2.SandboxHandleMetadata(app_id=found.app_id, result=found.result),
             )
         )
 
@@ -460,6 +499,7 @@ class _ControlPlane(_unimplemented_rpcs(ModalClientBase), ModalClientBase):  # t
             and wanted.items() <= sandbox.tags.items()
         ]
         matches.sort(key=lambda sandbox: sandbox.created_at, reverse=True)
+        await asyncio.sleep(self.state.list_delay)
         await stream.send_message(
             api_pb2.SandboxListResponse(
                 sandboxes=[
@@ -468,6 +508,7 @@ class _ControlPlane(_unimplemented_rpcs(ModalClientBase), ModalClientBase):  # t
                         app_id=sandbox.app_id,
                         created_at=sandbox.created_at,
                         tags=_tag_protos(sandbox.tags),
+                        name=sandbox.definition.name,
                         task_info=api_pb2.TaskInfo(id=sandbox.task_id, result=sandbox.result),
                         metadata=api_pb2.SandboxHandleMetadata(app_id=sandbox.app_id),
                     )
@@ -677,6 +718,17 @@ class FakeModalServer:
     @exec_start_delay.setter
     def exec_start_delay(self, value: float) -> None:
         self.state.exec_start_delay = value
+
+    @property
+    def list_delay(self) -> float:
+        """Seconds ``SandboxListV2`` holds back its answer, computed on arrival: a listing
+        that lags behind creates, as a loaded service's does; how a test lets two callers
+        both find nothing and create at once."""
+        return self.state.list_delay
+
+    @list_delay.setter
+    def list_delay(self, value: float) -> None:
+        self.state.list_delay = value
 
     def env(self) -> dict[str, str]:
         """Environment variables that point the modal SDK here."""

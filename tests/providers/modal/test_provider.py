@@ -4,17 +4,21 @@ service's errors."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import logging
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import anyio
 import pytest
 from grpclib import Status
 
 from sandbox_sdk import errors
 from sandbox_sdk.provider import get_provider
-from sandbox_sdk.providers.modal import CREATED_AT_TAG, ModalProvider, ModalSandbox
+from sandbox_sdk.providers.modal import ModalProvider, ModalSandbox, sandbox_name
 from sandbox_sdk.providers.modal.provider import MAX_LIFETIME
 from sandbox_sdk.testing import ProviderConformanceTests
 from tests.providers.modal.conftest import make_provider
@@ -52,9 +56,7 @@ def test_registered_as_entry_point(modal_env: FakeModalServer) -> None:
 
 def test_labels_are_tags_and_get_round_trips(provider: ModalProvider, modal_server: FakeModalServer) -> None:
     sandbox = provider.create(labels={"thread": "42"})
-    tags = sandbox.sandbox.get_tags()
-    assert tags["thread"] == "42"
-    assert CREATED_AT_TAG in tags
+    assert sandbox.sandbox.get_tags() == {"thread": "42"}
     again = provider.get(sandbox.id)
     assert again.id == sandbox.id
     assert again.execute("echo same").output == "same\n"
@@ -84,6 +86,86 @@ def test_get_or_create_by_labels_reuses_exact_match(provider: ModalProvider) -> 
     other = provider.get_or_create(labels={"thread": "8"})
     assert other.id not in (first.id, wider.id)
     assert provider.get_or_create(sandbox_id=first.id).id == first.id
+    unnamed = provider.create(labels={"thread": "9"})  # found by listing: it has no name
+    assert provider.get_or_create(labels={"thread": "9"}).id == unnamed.id
+
+
+def test_get_or_create_names_the_sandbox_after_its_labels(
+    provider: ModalProvider, modal_server: FakeModalServer
+) -> None:
+    sandbox = provider.get_or_create(labels={"thread": "n", "user": "u"})
+    name = sandbox_name({"user": "u", "thread": "n"})  # the order of the labels does not matter
+    assert modal_server.definition(sandbox.id).name == name
+    assert len(name) <= 64 and name != sandbox_name({"thread": "n"})
+    with pytest.raises(errors.SandboxRuntimeError, match="already exists"):
+        provider.create(name=name)  # the name is held while that sandbox runs
+    before = modal_server.calls()
+    assert provider.get_or_create(labels={"user": "u", "thread": "n"}).id == sandbox.id
+    reuse = modal_server.calls() - before
+    assert (reuse["SandboxGetFromNameV2"], reuse["SandboxListV2"], reuse["SandboxCreateV2"]) == (1, 0, 0)
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_concurrent_get_or_create_by_labels_make_one_sandbox(
+    provider: ModalProvider, modal_server: FakeModalServer, api: str
+) -> None:
+    """Both callers find nothing (the listing answers late), both create: the service
+    refuses the second name, and its caller hands out the first caller's sandbox."""
+    labels = {"race": api}
+    before = modal_server.calls()
+    modal_server.list_delay = 1.0
+    try:
+        if api == "sync":
+            with ThreadPoolExecutor(2) as pool:
+                ids = list(pool.map(lambda _: provider.get_or_create(labels=labels).id, range(2)))
+        else:
+
+            async def both() -> list[str]:
+                made = await asyncio.gather(*(provider.aget_or_create(labels=labels) for _ in range(2)))
+                return [sandbox.id for sandbox in made]
+
+            ids = anyio.run(both)
+    finally:
+        modal_server.list_delay = 0.0
+    assert ids[0] == ids[1]
+    assert [info.id for info in provider.iter_sandboxes(labels=labels)] == [ids[0]]
+    assert (modal_server.calls() - before)["SandboxCreateV2"] == 2  # one of them refused
+
+
+def test_get_or_create_of_an_expired_sandbox_says_so(
+    provider: ModalProvider, modal_server: FakeModalServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = provider.get_or_create(labels={"thread": "expiring"})
+    modal_server.expire(first.id)
+    with caplog.at_level(logging.WARNING, logger="sandbox_sdk"):
+        second = provider.get_or_create(labels={"thread": "expiring"})
+    assert second.id != first.id
+    [record] = [r for r in caplog.records if first.id in r.getMessage()]
+    assert "ran out of time" in record.getMessage() and "new, empty" in record.getMessage()
+    provider.delete(sandbox_id=second.id)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="sandbox_sdk"):
+        third = provider.get_or_create(labels={"thread": "expiring"})
+    assert [r.getMessage() for r in caplog.records if second.id in r.getMessage()] != []
+    assert "was terminated" in caplog.text and third.id not in (first.id, second.id)
+
+
+def test_list_reads_tags_from_the_listing_and_pages_once(
+    provider: ModalProvider, modal_server: FakeModalServer
+) -> None:
+    """10 sandboxes at 2 a page: a request per page plus the last, empty one, and no
+    request per sandbox (before: 20 list requests and 10 tag requests)."""
+    modal_server.page_size = 2
+    try:
+        made = [provider.create(labels={"cost": "x", "n": str(i)}).id for i in range(10)]
+        before = modal_server.calls()
+        infos = list(provider.iter_sandboxes(labels={"cost": "x"}, page_size=2))
+        cost = modal_server.calls() - before
+    finally:
+        modal_server.page_size = 3
+    assert [info.id for info in infos] == made[::-1]
+    assert infos[0].labels == {"cost": "x", "n": "9"}
+    assert (cost["SandboxListV2"], cost["SandboxTagsGetV2"], sum(cost.values())) == (6, 0, 6)
 
 
 def test_list_filters_by_labels_and_pages_with_cursor(
@@ -122,8 +204,8 @@ def test_create_options_pass_through(provider: ModalProvider) -> None:
     assert sandbox.execute("echo $FROM_CREATE").output == "yes\n"
     with pytest.raises(errors.InvalidArgumentError, match="unknown Modal sandbox options"):
         provider.create(ttl_minutes=5)
-    with pytest.raises(errors.InvalidArgumentError):
-        provider.create(labels={CREATED_AT_TAG: "1"})
+    with pytest.raises(errors.InvalidArgumentError, match="invalid label"):
+        provider.create(labels={"n": 1})  # type: ignore[dict-item]
 
 
 def test_lifetime_is_ttl_and_idle_timeout_in_whole_seconds(

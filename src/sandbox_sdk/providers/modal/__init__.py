@@ -14,7 +14,7 @@ against the sandbox's working directory) and its writes are not atomic, so
 uploads are staged under a hidden name and renamed into place.
 """
 
-from sandbox_sdk.providers.modal.provider import CREATED_AT_TAG, DEFAULT_APP_NAME, ModalProvider
+from sandbox_sdk.providers.modal.provider import DEFAULT_APP_NAME, ModalProvider, sandbox_name
 from sandbox_sdk.providers.modal.sandbox import ModalSandbox
 
-__all__ = ["CREATED_AT_TAG", "DEFAULT_APP_NAME", "ModalProvider", "ModalSandbox"]
+__all__ = ["DEFAULT_APP_NAME", "ModalProvider", "ModalSandbox", "sandbox_name"]

@@ -9,9 +9,16 @@ import modal.exception as mx
 
 from sandbox_sdk import errors
 
+
+class NameTakenError(errors.SandboxRuntimeError):
+    """Creating a sandbox under a name another running sandbox of the app holds
+    (Modal's ``AlreadyExistsError``)."""
+
+
 # Most specific first: several Modal errors subclass others (ConflictError is an InvalidError,
 # the filesystem and timeout errors share bases).
 _TRANSLATIONS: list[tuple[type[BaseException], type[errors.SandboxError]]] = [
+    (mx.AlreadyExistsError, NameTakenError),
     (mx.SandboxFilesystemNotFoundError, errors.SandboxFileNotFoundError),
     (mx.SandboxFilesystemIsADirectoryError, errors.SandboxIsADirectoryError),
     (mx.SandboxFilesystemNotADirectoryError, errors.SandboxNotADirectoryError),

@@ -4,29 +4,36 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import hashlib
+import json
+import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 try:
     import modal
     import modal.exception
+    from modal._utils.async_utils import synchronize_api
     from modal.config import config as modal_config
+    from modal.sandbox._impl_v2 import SandboxImplV2
+    from modal_proto import api_pb2
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("the modal provider needs the modal SDK: pip install 'sandbox-sdk-py[modal]'") from exc
 
 from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxInfo, SandboxPage
-from sandbox_sdk.provider import SandboxProvider, labels_match
-from sandbox_sdk.provider_kit import Lifetime
-from sandbox_sdk.providers.modal._errors import translate_errors
+from sandbox_sdk.provider import SandboxProvider
+from sandbox_sdk.provider_kit import Lifetime, NativeRequest
+from sandbox_sdk.providers.modal._errors import NameTakenError, translate_errors
 from sandbox_sdk.providers.modal.sandbox import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT, ModalSandbox
+
+logger = logging.getLogger(__name__)
 
 #: The Modal app sandboxes are created in (and listed from) unless told otherwise.
 DEFAULT_APP_NAME = "sandbox-sdk"
-#: Tag recording when we created a sandbox: Modal's list API does not return creation times.
-CREATED_AT_TAG = "sandbox-sdk.created-at"
 #: Modal's longest sandbox lifetime (``timeout``), also the longest idle timeout: 24 hours
 #: ("a timeout of up to 24 hours", https://modal.com/docs/guide/sandboxes, Timeouts).
 MAX_LIFETIME = 24 * 3600
@@ -35,6 +42,7 @@ MAX_LIFETIME = 24 * 3600
 SANDBOX_OPTIONS = frozenset(
     {
         "image",
+        "name",
         "cpu",
         "memory",
         "region",
@@ -46,6 +54,53 @@ SANDBOX_OPTIONS = frozenset(
 )
 
 
+def sandbox_name(labels: Mapping[str, str]) -> str:
+    """The name ``get_or_create(labels=...)`` gives the sandbox it creates.
+
+    Modal names are unique among an app's running sandboxes ("AlreadyExistsError: If
+    another running Sandbox in the App already holds the name", ``_experimental_set_name``
+    in ``modal/sandbox/_sandbox.py``), and free again once that sandbox ends
+    (``from_name(include_terminated=True)`` returns "the most recent terminated" one of
+    a name), so one name per label set makes concurrent ``get_or_create`` calls agree.
+    A digest: names are at most 64 of ``[A-Za-z0-9-_.]`` (``is_valid_object_name`` in
+    ``modal/_utils/name_utils.py``), labels are not."""
+    canonical = json.dumps(sorted(labels.items()), separators=(",", ":"))
+    return f"sbx-{hashlib.sha256(canonical.encode()).hexdigest()[:56]}"
+
+
+@dataclass(frozen=True)
+class FindNamed(NativeRequest):
+    """The app's running sandbox called ``name``, else the last one of that name that
+    ended, else ``None``: ``modal.Sandbox.from_name(..., include_terminated=True)``."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ListPage(NativeRequest):
+    """One page of Modal's listing (:data:`list_page`); replies with the response."""
+
+    request: api_pb2.SandboxListRequest
+
+
+async def _list_page(client: Any, request: api_pb2.SandboxListRequest) -> api_pb2.SandboxListResponse:
+    """One page of Modal's sandbox listing, as the service sends it.
+
+    ``modal.Sandbox.list`` keeps only each sandbox's id and drops the tags and creation
+    time the response carries (``_Sandbox._list`` in ``modal/sandbox/_sandbox.py``), which
+    would cost a tag request per sandbox, and it always starts at the newest, so a later
+    page would re-walk the earlier ones. This is the request it makes
+    (``SandboxImplV2.list_page``: ``SandboxListV2``, with the auth token), reached through
+    the SDK's internals: the fake serves only ``SandboxListV2``, so an SDK that changes it
+    fails the tests at once."""
+    return await SandboxImplV2.list_page(client, request)
+
+
+#: :func:`_list_page` on the SDK's event loop: ``list_page(client, request)`` blocks,
+#: ``list_page.aio(client, request)`` awaits, as the SDK's own functions do.
+list_page = synchronize_api(_list_page)  # type: ignore[no-untyped-call]  # the SDK's helper has no hints
+
+
 class ModalProvider(SandboxProvider[ModalSandbox]):
     """Modal sandboxes in one app.
 
@@ -54,7 +109,9 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
     ``idle_timeout`` (default an hour, maximum 24 hours) are seconds, rounded
     up to whole ones; other options of :data:`SANDBOX_OPTIONS` go to
     ``modal.Sandbox.create`` unchanged. ``list`` shows running sandboxes of
-    the app, newest first. :meth:`close` closes the Modal client.
+    the app, newest first. ``get_or_create(labels=...)`` names the sandbox it
+    creates after the labels (:func:`sandbox_name`), so concurrent callers get
+    one sandbox. :meth:`close` closes the Modal client.
     """
 
     name = "modal"
@@ -106,11 +163,10 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
                 f"{', '.join(sorted(SANDBOX_OPTIONS))}"
             )
         for key, value in labels.items():
-            if not isinstance(key, str) or not isinstance(value, str) or key == CREATED_AT_TAG:
+            if not isinstance(key, str) or not isinstance(value, str):
                 raise errors.InvalidArgumentError(f"invalid label {key!r}={value!r}")
-        tags = {**labels, CREATED_AT_TAG: f"{datetime.now(UTC).timestamp():.6f}"}
         return {
-            "tags": tags,
+            "tags": labels,
             "workdir": self.workdir,
             "client": self.client,
             # without a ttl, the platform's maximum: the SDK's default is five minutes
@@ -120,16 +176,11 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
         }
 
     @staticmethod
-    def _info(sandbox_id: str, tags: Mapping[str, str]) -> SandboxInfo:
-        labels = {k: v for k, v in tags.items() if k != CREATED_AT_TAG}
-        try:
-            created = float(tags.get(CREATED_AT_TAG, "0"))
-        except ValueError:
-            created = 0.0  # not made by us: Modal does not tell
+    def _info(sandbox: api_pb2.SandboxInfo) -> SandboxInfo:
         return SandboxInfo(
-            id=sandbox_id,
-            labels=labels,
-            created_at=datetime.fromtimestamp(created, UTC),
+            id=sandbox.id,
+            labels={tag.tag_name: tag.tag_value for tag in sandbox.tags},
+            created_at=datetime.fromtimestamp(sandbox.created_at, UTC),
             status="running",
         )
 
@@ -139,8 +190,91 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
             raise errors.SandboxNotFoundError(f"sandbox {sandbox_id} has finished")
         return self._wrap(sandbox)
 
-    def _list_query(self, app: modal.App, labels: Mapping[str, str] | None) -> dict[str, Any]:
-        return {"app_id": app.app_id, "tags": dict(labels or {}), "client": self.client}
+    def _op_list(
+        self, app_id: str | None, labels: Mapping[str, str] | None, cursor: str | None, limit: int
+    ) -> Generator[ListPage, api_pb2.SandboxListResponse, SandboxPage]:
+        """Up to ``limit`` running sandboxes of the app carrying ``labels`` (filtered by
+        the service), newest first, created before the cursor's time: Modal's own
+        ``before_timestamp`` paging, one request per page of the service's. A full page
+        has a cursor (the next page may be empty); the cursor is the last sandbox's exact
+        creation time, so paging goes on right even if that sandbox is deleted meanwhile."""
+        if not app_id:  # an empty app id would list the whole environment
+            raise errors.SandboxRuntimeError(f"the Modal app {self.app_name!r} has no id")
+        tags = [api_pb2.SandboxTag(tag_name=k, tag_value=v) for k, v in (labels or {}).items()]
+        before = _cursor_time(cursor)
+        items: builtins.list[SandboxInfo] = []
+        last = 0.0
+        while len(items) < limit:
+            response = yield ListPage(
+                api_pb2.SandboxListRequest(app_id=app_id, before_timestamp=before, tags=tags)
+            )
+            taken = response.sandboxes[: limit - len(items)]
+            if not taken:
+                break
+            items += [self._info(sandbox) for sandbox in taken]
+            last = before = taken[-1].created_at
+        return SandboxPage(items=items, next_cursor=repr(last) if len(items) == limit else None)
+
+    def _running_named(self, sandbox: modal.Sandbox | None, labels: Mapping[str, str]) -> ModalSandbox | None:
+        """A named sandbox :class:`FindNamed` found, if it runs; one that ended is logged,
+        so a caller whose sandbox expired learns why it gets a new, empty one."""
+        if sandbox is None:
+            return None
+        code = sandbox.returncode
+        if code is None:
+            return self._wrap(sandbox)
+        why = {124: "ran out of time (its ttl or idle timeout)", 137: "was terminated"}
+        logger.warning(
+            "get_or_create: Modal sandbox %s for labels %s %s; creating a new, empty one",
+            sandbox.object_id,
+            dict(labels),
+            why.get(code, f"exited with status {code}"),
+        )
+        return None
+
+    def _reuse_or_create(
+        self, labels: Mapping[str, str], options: dict[str, Any]
+    ) -> Generator[Any, Any, ModalSandbox]:
+        """The running sandbox named after ``labels`` if it answers, else the base's
+        (an unnamed sandbox carrying exactly ``labels``, else a new one), created under that
+        name: of two callers creating at once, one wins the name and the other is told
+        (``ALREADY_EXISTS``) and hands out the winner."""
+        name = options.get("name") or sandbox_name(labels)
+        named = self._running_named((yield FindNamed(name)), labels)
+        if named is not None and (yield from self._op_is_alive(named)):
+            return named
+        try:
+            return (yield from super()._reuse_or_create(labels, {**options, "name": name}))
+        except NameTakenError:
+            winner = self._running_named((yield FindNamed(name)), labels)
+            if winner is None or not (yield from self._op_is_alive(winner)):
+                raise
+            return winner
+
+    def _perform(self, request: Any) -> Any:
+        """Our own requests (:class:`FindNamed`, :class:`ListPage`) with the SDK's blocking
+        API; the rest as the base does."""
+        if isinstance(request, ListPage):
+            return list_page(self.client, request.request)
+        if isinstance(request, FindNamed):
+            with contextlib.suppress(errors.SandboxNotFoundError), translate_errors(f"find {request.name}"):
+                return modal.Sandbox.from_name(
+                    self.app_name, request.name, include_terminated=True, client=self.client
+                )
+            return None
+        return super()._perform(request)
+
+    async def _aperform(self, request: Any) -> Any:
+        """Our own requests with the SDK's ``.aio`` API; the rest as the base does."""
+        if isinstance(request, ListPage):
+            return await list_page.aio(self.client, request.request)
+        if isinstance(request, FindNamed):
+            with contextlib.suppress(errors.SandboxNotFoundError), translate_errors(f"find {request.name}"):
+                return await modal.Sandbox.from_name.aio(
+                    self.app_name, request.name, include_terminated=True, client=self.client
+                )
+            return None
+        return await super()._aperform(request)
 
     def close(self) -> None:
         """Close the Modal client (its connections and background tasks); idempotent.
@@ -172,19 +306,11 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
     def list(
         self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
     ) -> SandboxPage:
-        """Running sandboxes of the app carrying ``labels``, newest first, over Modal's own
-        (``before_timestamp``) paging. The cursor names the last sandbox handed out and when it
-        was created, so paging goes on correctly even if that sandbox is deleted meanwhile."""
-        query = self._list_query(self._get_app(), labels)
-        page = _Page(cursor, limit, labels)
+        """Running sandboxes of the app carrying ``labels``, newest first (see :meth:`_op_list`)."""
+        _check_limit(limit)
+        listing = self._op_list(self._get_app().app_id, labels, cursor, limit)
         with translate_errors("list Modal sandboxes"):
-            for _ in page.passes():
-                for sandbox in modal.Sandbox.list(**query):
-                    if not page.takes_another():
-                        break
-                    if page.looks_at(sandbox.object_id):
-                        page.offer(self._info(sandbox.object_id, sandbox.get_tags()))
-        return page.result()
+            return self._drive(listing)
 
     def _delete(self, sandbox_id: str) -> None:
         gone = contextlib.suppress(errors.SandboxNotFoundError)
@@ -214,16 +340,11 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
     async def alist(
         self, *, labels: Mapping[str, str] | None = None, cursor: str | None = None, limit: int = 100
     ) -> SandboxPage:
-        query = self._list_query(await self._aget_app(), labels)
-        page = _Page(cursor, limit, labels)
+        """Running sandboxes of the app carrying ``labels``, newest first (see :meth:`_op_list`)."""
+        _check_limit(limit)
+        listing = self._op_list((await self._aget_app()).app_id, labels, cursor, limit)
         with translate_errors("list Modal sandboxes"):
-            for _ in page.passes():
-                async for sandbox in modal.Sandbox.list.aio(**query):
-                    if not page.takes_another():
-                        break
-                    if page.looks_at(sandbox.object_id):
-                        page.offer(self._info(sandbox.object_id, await sandbox.get_tags.aio()))
-        return page.result()
+            return await self._adrive(listing)
 
     async def _adelete(self, sandbox_id: str) -> None:
         gone = contextlib.suppress(errors.SandboxNotFoundError)
@@ -232,62 +353,19 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
             await sandbox.terminate.aio()
 
 
-class _Page:
-    """One page of ``list``: the sandboxes after the cursor, up to ``limit``.
-
-    A cursor is ``<created-at>/<id>`` of the last sandbox of the previous page. The
-    listing is first walked by id (no extra requests for the sandboxes before it); if
-    that sandbox is gone, it is walked again comparing creation times instead."""
-
-    def __init__(self, cursor: str | None, limit: int, labels: Mapping[str, str] | None) -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise errors.InvalidArgumentError(f"limit must be an int >= 1, not {limit!r}")
-        self.after_id: str | None = None
-        self.after_time = 0.0
-        if cursor is not None:
-            created, _, sandbox_id = cursor.partition("/")
-            try:
-                self.after_time = float(created)
-            except ValueError:
-                raise errors.InvalidArgumentError(f"not a cursor of this provider: {cursor!r}") from None
-            self.after_id = sandbox_id
-        self.passed = cursor is None
-        self.by_creation_time = False
-        self.limit = limit
-        self.labels = labels
-        self.items: builtins.list[SandboxInfo] = []
-        self.more = False
-
-    def passes(self) -> Iterator[None]:
-        """Walk the listing by id; if the cursor's sandbox was not in it, once more by creation time."""
-        yield
-        if not self.passed:
-            self.passed = self.by_creation_time = True
-            yield
-
-    def takes_another(self) -> bool:
-        """Whether the page has room for one more sandbox; if not, there is a next page."""
-        self.more = len(self.items) >= self.limit
-        return not self.more
-
-    def looks_at(self, sandbox_id: str) -> bool:
-        """Whether ``sandbox_id`` may come after the cursor: walking by id, the ones after
-        it do; by creation time, :meth:`offer` decides."""
-        if not self.passed and sandbox_id == self.after_id:
-            self.passed = True
-            return False
-        return self.passed
-
-    def offer(self, info: SandboxInfo) -> None:
-        if self.by_creation_time and info.created_at.timestamp() >= self.after_time:
-            return
-        if labels_match(info.labels, self.labels):
-            self.items.append(info)
-
-    def result(self) -> SandboxPage:
-        last = self.items[-1] if self.more and self.items else None
-        next_cursor = None if last is None else f"{last.created_at.timestamp():.6f}/{last.id}"
-        return SandboxPage(items=self.items, next_cursor=next_cursor)
+def _check_limit(limit: int) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise errors.InvalidArgumentError(f"limit must be an int >= 1, not {limit!r}")
 
 
-__all__ = ["CREATED_AT_TAG", "DEFAULT_APP_NAME", "MAX_LIFETIME", "ModalProvider"]
+def _cursor_time(cursor: str | None) -> float:
+    """The creation time a cursor names (0: from the newest)."""
+    if cursor is None:
+        return 0.0
+    try:
+        return float(cursor)
+    except ValueError:
+        raise errors.InvalidArgumentError(f"not a cursor of this provider: {cursor!r}") from None
+
+
+__all__ = ["DEFAULT_APP_NAME", "MAX_LIFETIME", "ModalProvider", "sandbox_name"]
