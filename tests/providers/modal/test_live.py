@@ -31,7 +31,7 @@ def live_provider() -> ModalProvider:
 
 @pytest.fixture(scope="module")
 def live_sandbox(live_provider: ModalProvider) -> Iterator[ModalSandbox]:
-    sandbox = live_provider.create(labels={"suite": "live"}, timeout=600, idle_timeout=300)
+    sandbox = live_provider.create(labels={"suite": "live"}, ttl=600, idle_timeout=300)
     yield sandbox
     live_provider.delete(sandbox_id=sandbox.id)
 
@@ -40,7 +40,7 @@ class TestLiveModalSandbox(SandboxConformanceTests):
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, live_provider: ModalProvider) -> Iterator[ModalSandbox]:
-        sandbox = live_provider.create(labels={"suite": "live-conformance"}, timeout=1800)
+        sandbox = live_provider.create(labels={"suite": "live-conformance"}, ttl=1800)
         yield sandbox
         live_provider.delete(sandbox_id=sandbox.id)
 
