@@ -235,3 +235,31 @@ async def test_async_progress_matches_sync(small: LimitedSandbox, root: Path) ->
     await small.aupload_files([("p.bin", data)], progress=lambda d, t: seen.append((d, t)))
     assert seen[-1] == (len(data), len(data))
     assert len(seen) > 2
+
+
+def source_text(size: int) -> bytes:
+    """``size`` bytes of this project's own source: data that compresses."""
+    text = b"".join(p.read_bytes() for p in sorted(Path(__file__).parents[2].glob("src/sandbox_sdk/**/*.py")))
+    return (text * (size // len(text) + 1))[:size]
+
+
+def test_compressible_uploads_travel_compressed(local: LocalSandbox, root: Path) -> None:
+    """Under a 96 KiB command cap a megabyte of source code needs half or less of
+    the round trips random bytes need; each lands intact (SHA-256, size), and
+    so does data that turns incompressible half-way."""
+    limited = LimitedSandbox(local, max_command_bytes=96 * 1024, max_output_bytes=1024 * 1024)
+    payloads = {
+        "random": os.urandom(1 << 20),
+        "source": source_text(1 << 20),
+        "mixed": source_text(1 << 19) + os.urandom(1 << 19),
+    }
+    trips = {}
+    for name, data in payloads.items():
+        before = limited.executed
+        [response] = limited.upload_files([(f"packed/{name}", data)])
+        assert response.error is None
+        trips[name] = limited.executed - before
+        assert (root / "packed" / name).read_bytes() == data
+    assert trips["source"] * 2 <= trips["random"]
+    assert trips["source"] < trips["mixed"] < trips["random"]
+    assert sorted(os.listdir(root / "packed")) == ["mixed", "random", "source"]  # no staging file left

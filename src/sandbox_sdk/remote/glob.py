@@ -21,7 +21,7 @@ from sandbox_sdk.remote._runtime import (
 )
 
 if TYPE_CHECKING:
-    from typing import List, Set, Tuple, TypedDict
+    from typing import Dict, List, Pattern, Set, Tuple, TypedDict
 
     from sandbox_sdk.remote._runtime import Args, Blobs
 
@@ -41,6 +41,9 @@ class Walker:
 
     def __init__(self, root: bytes, include_hidden: bool, limit: int) -> None:
         self.root = root
+        self.prefix = root if root.endswith(b"/") else root + b"/"  # root + prefix = os.path.join
+        self.listed: Dict[bytes, List[Tuple[bytes, bool]]] = {}  # ``**/x`` lists a directory twice
+        self.regexes: Dict[bytes, Pattern[bytes]] = {}
         self.include_hidden = include_hidden
         self.limit = limit
         self.found: Set[bytes] = set()
@@ -51,10 +54,21 @@ class Walker:
     def full(self) -> bool:
         return len(self.found) >= self.limit
 
+    def path(self, rel: bytes) -> bytes:
+        """``os.path.join(root, rel)``, without its cost per entry (``rel``
+        is relative and never ends with ``/``)."""
+        return self.prefix + rel if rel else self.root
+
     def children(self, rel: bytes) -> List[Tuple[bytes, bool]]:
         """(name, is a real directory) for each entry of ``rel``."""
+        listed = self.listed.get(rel)
+        if listed is None:
+            listed = self.listed[rel] = self.list(rel)
+        return listed
+
+    def list(self, rel: bytes) -> List[Tuple[bytes, bool]]:
         try:
-            with os.scandir(os.path.join(self.root, rel) if rel else self.root) as it:
+            with os.scandir(self.path(rel)) as it:
                 return [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
         except NotADirectoryError:
             return []
@@ -62,14 +76,20 @@ class Walker:
             self.unreadable.add(rel or b".")
             return []
 
+    def regex(self, segment: bytes) -> Pattern[bytes]:
+        regex = self.regexes.get(segment)
+        if regex is None:
+            regex = self.regexes[segment] = compile_glob(segment)
+        return regex
+
     def add(self, rel: bytes) -> None:
-        if not self.dirs_only or os.path.isdir(os.path.join(self.root, rel)):
+        if not self.dirs_only or os.path.isdir(self.path(rel)):
             self.found.add(rel)
 
     def exists(self, rel: bytes) -> bool:
         """Whether ``rel`` is there; a parent that cannot be searched is reported."""
         try:
-            os.lstat(os.path.join(self.root, rel))
+            os.lstat(self.path(rel))
         except (FileNotFoundError, NotADirectoryError):
             return False
         except OSError:
@@ -97,20 +117,20 @@ class Walker:
             for name, is_dir in self.children(rel):
                 if not self.visible(name, b""):
                     continue
-                child = os.path.join(rel, name)
+                child = rel + b"/" + name if rel else name
                 if not rest:
                     self.add(child)
                 if is_dir:
                     self.match(child, segments)
         elif not any(ch in MAGIC for ch in segment):
-            child = os.path.join(rel, segment)
+            child = rel + b"/" + segment if rel else segment
             if self.exists(child):
                 self.match(child, rest)
         else:
-            regex = compile_glob(segment)
+            regex = self.regex(segment)
             for name, _ in self.children(rel):
                 if regex.match(name) and self.visible(name, segment):
-                    self.match(os.path.join(rel, name), rest)
+                    self.match(rel + b"/" + name if rel else name, rest)
 
 
 def glob(args: Args, blobs: Blobs) -> Tuple[GlobReply, Blobs]:
@@ -127,9 +147,9 @@ def glob(args: Args, blobs: Blobs) -> Tuple[GlobReply, Blobs]:
         walker.match(b"", [s for s in variant.split(b"/") if s and s != b"."])
     items = []
     for rel in sorted(walker.found):
-        path = rel if args["relative"] else os.path.join(root, rel)
+        full = walker.path(rel)
         try:
-            items.append((path, os.lstat(os.path.join(root, rel))))
+            items.append((rel if args["relative"] else full, os.lstat(full)))
         except FileNotFoundError:
             continue  # gone since the walk
         except OSError:  # listed, but its directory cannot be searched (mode 0666)

@@ -23,13 +23,14 @@ def ls(args: Args, blobs: Blobs) -> Tuple[LsReply, Blobs]:
     os.stat(path)  # reports a missing path as such
     if not os.path.isdir(path):
         raise Fail("NOT_DIRECTORY", "not a directory", path)
-    names = sorted(os.listdir(path))
+    with os.scandir(path) as it:
+        children = sorted(it, key=lambda e: e.name)
     items = []
     indexes: List[int] = []
-    for index in range(start, len(names)):
-        child = os.path.join(path, names[index])
+    for index in range(start, len(children)):
+        child = children[index]
         try:
-            items.append((child, os.lstat(child)))
+            items.append((child.path, child.stat(follow_symlinks=False)))
         except FileNotFoundError:  # removed while we listed
             continue
         indexes.append(index)

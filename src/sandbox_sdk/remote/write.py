@@ -93,6 +93,14 @@ def stage(args: Args, blobs: Blobs) -> Tuple[SizeReply, Blobs]:
     tmp = temp_name(dest, args["token"])
     offset = args["offset"]
     final = args.get("final")
+    data = blobs[0]
+    if args.get("zlib"):
+        import zlib  # loaded by the bootstrap already
+
+        try:
+            data = zlib.decompress(data)
+        except zlib.error as exc:
+            raise Fail("INVALID_ARGUMENT", "chunk does not decompress: %s" % exc) from None
     try:
         if offset == 0:
             check_destination(dest, args["overwrite"])
@@ -104,7 +112,7 @@ def stage(args: Args, blobs: Blobs) -> Tuple[SizeReply, Blobs]:
         try:
             if offset == 0:
                 sweep_stale(os.path.dirname(tmp), os.fstat(fd).st_mtime)
-            os.pwrite(fd, blobs[0], offset)
+            os.pwrite(fd, data, offset)
             if final:
                 os.fsync(fd)
         finally:
@@ -116,7 +124,7 @@ def stage(args: Args, blobs: Blobs) -> Tuple[SizeReply, Blobs]:
     except BaseException:
         remove_quietly(tmp)
         raise
-    return {"size": offset + len(blobs[0])}, []
+    return {"size": offset + len(data)}, []
 
 
 def verify(path: bytes, size: int, sha256: str) -> None:

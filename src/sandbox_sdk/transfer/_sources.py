@@ -7,7 +7,7 @@ import errno
 import io
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, BinaryIO
 
@@ -63,18 +63,6 @@ def _open_regular(path: str | os.PathLike[str]) -> BinaryIO:
         raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
-
-
-def read_chunks(stream: IO[bytes], size: int) -> Iterator[tuple[bytes, bool]]:
-    """``stream`` in chunks of ``size`` bytes, each with whether it is the
-    last (at least one chunk, empty for an empty stream; one is read ahead)."""
-    chunk = read_full(stream, size)
-    while True:
-        following = read_full(stream, size) if len(chunk) == size else b""
-        yield chunk, not following
-        if not following:
-            return
-        chunk = following
 
 
 def read_full(stream: IO[bytes], size: int) -> bytes:

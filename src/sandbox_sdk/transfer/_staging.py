@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import zlib
 from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import IO, TYPE_CHECKING, Any
@@ -20,13 +21,23 @@ from sandbox_sdk import errors, protocol
 from sandbox_sdk._calls import ABORT, DELETE, LANDED, STAGE, ScriptCall
 from sandbox_sdk._core import CLEANUP_TIMEOUT, Operation, Pipeline, SandboxCore, new_token
 from sandbox_sdk._kernel import can_clean_up
-from sandbox_sdk.transfer._sources import Tally, changed_size, read_chunks
+from sandbox_sdk.transfer._sources import Tally, changed_size
 
 if TYPE_CHECKING:
     from sandbox_sdk.remote.write import SizeReply
 
 #: Attempts at removing what a finished transfer staged before its failure is reported.
 REMOVE_ATTEMPTS = 3
+#: Compression pays below this ratio (compressed / raw); the first chunk
+#: that does not reach it ends compression for the rest of the upload.
+WORTH_COMPRESSING = 0.9
+#: Most raw bytes a compressed chunk may stand for, in chunks: bounds what a
+#: call holds in memory.
+MAX_PACKING = 8
+
+#: One chunk of a staged upload: its bytes, their zlib form if that is what
+#: travels, and whether it is the last.
+Chunk = tuple[bytes, bytes | None, bool]
 
 #: Errors a staged upload's commit reports when it refused, having changed
 #: nothing; after any other failure the client asks whether it landed.
@@ -59,19 +70,23 @@ class Staging:
         self.sent = 0
         self.digest = hashlib.sha256()
         self.unacknowledged: deque[int] = deque()  # sizes of the chunks sent, in order
-        self.last_chunk = b""  # held back from the pipeline: the commit waits for every other chunk
+        #: Held back from the pipeline: the commit waits for every other chunk.
+        self.last_chunk: Chunk = (b"", None, True)
 
     def chunk_bytes(self, sandbox: SandboxCore) -> int:
         """The largest chunk whose call, the final one included, fits in a command."""
-        largest = {**self._args(1 << 60), "final": {"size": 1 << 60, "sha256": "0" * 64}}
+        largest = {**self._args(1 << 60), "zlib": True, "final": {"size": 1 << 60, "sha256": "0" * 64}}
         return sandbox._blob_capacity("stage", largest)
 
     def _args(self, offset: int) -> dict[str, Any]:
         return {"path": self.dest, "token": self.token, "overwrite": self.overwrite, "offset": offset}
 
-    def call(self, data: bytes, *, final: bool = False) -> ScriptCall[SizeReply]:
-        """The call that writes ``data`` next; the final one verifies and commits."""
+    def call(self, data: bytes, packed: bytes | None, *, final: bool = False) -> ScriptCall[SizeReply]:
+        """The call that writes ``data`` next (sent as ``packed``, its zlib
+        form, if given); the final one verifies and commits."""
         args = self._args(self.sent)
+        if packed is not None:
+            args["zlib"] = True
         self.digest.update(data)
         self.sent += len(data)
         self.unacknowledged.append(len(data))
@@ -79,15 +94,15 @@ class Staging:
             if self.size is not None and self.sent != self.size:
                 raise errors.IntegrityError(f"{self.what}: {changed_size(self.size, self.sent)}")
             args["final"] = {"size": self.sent, "sha256": self.digest.hexdigest()}
-        return STAGE(args, [data], what=self.what)
+        return STAGE(args, [data if packed is None else packed], what=self.what)
 
-    def calls_before_last(self, chunks: Iterator[tuple[bytes, bool]]) -> Iterator[ScriptCall[SizeReply]]:
+    def calls_before_last(self, chunks: Iterator[Chunk]) -> Iterator[ScriptCall[SizeReply]]:
         """A call per chunk up to the last one, which is kept in :attr:`last_chunk`."""
-        for chunk, is_last in chunks:
-            if is_last:
+        for chunk in chunks:
+            if chunk[2]:
                 self.last_chunk = chunk
                 return
-            yield self.call(chunk)
+            yield self.call(chunk[0], chunk[1])
 
     def acknowledge(self, reply: object = None) -> None:
         """The oldest chunk not yet acknowledged is written: count it."""
@@ -95,10 +110,10 @@ class Staging:
         if self.tally:
             self.tally.add(done)
 
-    def commit(self, data: bytes) -> Operation[None]:
+    def commit(self, chunk: Chunk) -> Operation[None]:
         """Send the last chunk, which verifies the whole and commits it; if
         its reply is lost (not necessarily the commit), ask whether it landed."""
-        commit = self.call(data, final=True)
+        commit = self.call(chunk[0], chunk[1], final=True)
         try:
             yield from commit
         except errors.SandboxError as exc:
@@ -137,20 +152,56 @@ def stage(
     staging file is removed and the error re-raised."""
     staging = Staging(dest, overwrite=overwrite, size=size, tally=tally)
     chunk_bytes = staging.chunk_bytes(sandbox)
-    chunks = read_chunks(source, chunk_bytes)
+    chunks = packed_chunks(source, chunk_bytes)
     try:
-        data, last = next(chunks)
-        if not last:
-            staging.acknowledge((yield from staging.call(data)))  # creates the staging file: alone
+        chunk = next(chunks)
+        if not chunk[2]:
+            # The first chunk creates the staging file: it goes alone.
+            staging.acknowledge((yield from staging.call(chunk[0], chunk[1])))
             window = sandbox._window(chunk_bytes)
             yield Pipeline(staging.calls_before_last(chunks), staging.acknowledge, window)
-            data = staging.last_chunk
-        yield from staging.commit(data)
+            chunk = staging.last_chunk
+        yield from staging.commit(chunk)
         return staging.sent
     except BaseException as exc:
         if can_clean_up(exc):
             yield from staging.abort()
         raise
+
+
+def packed_chunks(source: IO[bytes], capacity: int) -> Iterator[Chunk]:
+    """``source`` in chunks whose form on the wire holds at most ``capacity``
+    bytes (at least one chunk, empty for an empty stream). Data that
+    compresses well travels zlib-compressed (level 1: fast), each chunk as
+    much as compresses into ``capacity``, guessed from the last chunk's ratio;
+    once a chunk does not compress, the rest travels as it is."""
+    pending = b""
+    want = capacity * MAX_PACKING // 2  # a first guess: text compresses about 4:1
+    compressing = True
+    ended = False
+    while True:
+        while len(pending) <= want and not ended:  # one byte more tells whether this is the last
+            block = source.read(want + 1 - len(pending))
+            ended = not block
+            pending += block
+        data = pending[:want]
+        packed = None
+        if compressing and data:
+            packed = zlib.compress(data, 1)
+            if len(packed) > len(data) * WORTH_COMPRESSING:
+                compressing, packed, want = False, None, capacity
+                data = pending[:want]
+            elif len(packed) > capacity:
+                want = max(capacity, want * capacity // len(packed) * 9 // 10)
+                continue
+            else:
+                guess = len(data) * capacity // len(packed) * 9 // 10
+                want = min(capacity * MAX_PACKING, max(capacity, guess))
+        pending = pending[len(data) :]
+        last = ended and not pending
+        yield data, packed, last
+        if last:
+            return
 
 
 def discard(paths: Sequence[str]) -> Operation[None]:
