@@ -26,6 +26,7 @@ from sandbox_sdk.errors import (
     SandboxPermissionError,
     SandboxRuntimeError,
     SandboxTimeoutError,
+    TransferFailedError,
     UnmanagedSandboxError,
 )
 from sandbox_sdk.models import (
@@ -44,6 +45,7 @@ from sandbox_sdk.models import (
     WriteResult,
 )
 from sandbox_sdk.provider import SandboxProvider, available_providers, get_provider
+from sandbox_sdk.transfer import TransferResults
 
 __all__ = [
     "AuthenticationError",
@@ -80,6 +82,8 @@ __all__ = [
     "SandboxProvider",
     "SandboxRuntimeError",
     "SandboxTimeoutError",
+    "TransferFailedError",
+    "TransferResults",
     "UnmanagedSandboxError",
     "WriteResult",
     "available_providers",

@@ -67,7 +67,7 @@ from sandbox_sdk.models import (
     ReadResult,
     WriteResult,
 )
-from sandbox_sdk.transfer import Progress, UploadSource
+from sandbox_sdk.transfer import Progress, TransferResults, UploadSource
 from sandbox_sdk.transfer._batch import download_files, upload_files
 from sandbox_sdk.transfer._directories import download_dir, upload_dir
 from sandbox_sdk.transfer._download import download, download_to
@@ -274,21 +274,32 @@ class SandboxOperations(SandboxCore):
 
     def _op_upload_files(
         self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
-    ) -> Operation[list[FileUploadResponse]]:
+    ) -> Operation[TransferResults[FileUploadResponse]]:
         """Upload each ``(remote_path, data)``, replacing existing files and
-        creating parents; one response per item, in order, with ``error=None``
-        on success. One item failing never stops the others.
-
-        Native-transfer providers override this operation."""
-        return upload_files(self, list(files), progress)
+        creating parents; ``data`` is bytes, a local path or a binary file
+        object. One response per item, in order, with ``error=None`` on
+        success; one item failing never stops the others, and
+        ``.raise_for_errors()`` on the result raises for them all."""
+        return TransferResults((yield from self._upload_batch(files, progress=progress)))
 
     def _op_download_files(
         self, paths: Iterable[str], *, progress: Progress | None = None
-    ) -> Operation[list[FileDownloadResponse]]:
+    ) -> Operation[TransferResults[FileDownloadResponse]]:
         """Download each path: one response per path, in order, with ``content``
-        or ``error``. Each file is verified against the sandbox's SHA-256.
+        or ``error``; ``.raise_for_errors()`` on the result raises for the
+        failures. Each file is verified against the sandbox's SHA-256."""
+        return TransferResults((yield from self._download_batch(paths, progress=progress)))
 
-        Native-transfer providers override this operation."""
+    def _upload_batch(
+        self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
+    ) -> Operation[list[FileUploadResponse]]:
+        """The responses of ``upload_files``: native-transfer providers override this."""
+        return upload_files(self, list(files), progress)
+
+    def _download_batch(
+        self, paths: Iterable[str], *, progress: Progress | None = None
+    ) -> Operation[list[FileDownloadResponse]]:
+        """The responses of ``download_files``: native-transfer providers override this."""
         return download_files(self, list(paths), progress)
 
     def _op_download_file(

@@ -27,7 +27,7 @@ from sandbox_sdk.models import (
     ReadResult,
     WriteResult,
 )
-from sandbox_sdk.transfer import Progress, UploadSource
+from sandbox_sdk.transfer import Progress, TransferResults, UploadSource
 
 
 class BaseSandbox(SandboxOperations):
@@ -239,38 +239,39 @@ class BaseSandbox(SandboxOperations):
 
     def upload_files(
         self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
-    ) -> list[FileUploadResponse]:
+    ) -> TransferResults[FileUploadResponse]:
         """Upload each ``(remote_path, data)``, replacing existing files and
-        creating parents; one response per item, in order, with ``error=None``
-        on success. One item failing never stops the others.
-
-        Native-transfer providers override this operation."""
+        creating parents; ``data`` is bytes, a local path or a binary file
+        object. One response per item, in order, with ``error=None`` on
+        success; one item failing never stops the others, and
+        ``.raise_for_errors()`` on the result raises for them all."""
         return self._drive(self._op_upload_files(files, progress=progress))
 
     async def aupload_files(
         self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
-    ) -> list[FileUploadResponse]:
+    ) -> TransferResults[FileUploadResponse]:
         """Async twin of :meth:`upload_files`: upload each ``(remote_path, data)``,
-        replacing existing files and creating parents; one response per item, in
-        order, with ``error=None`` on success. One item failing never stops the
-        others."""
+        replacing existing files and creating parents; ``data`` is bytes, a
+        local path or a binary file object. One response per item, in order,
+        with ``error=None`` on success; one item failing never stops the others,
+        and ``.raise_for_errors()`` on the result raises for them all."""
         return await self._adrive(self._op_upload_files(files, progress=progress))
 
     def download_files(
         self, paths: Iterable[str], *, progress: Progress | None = None
-    ) -> list[FileDownloadResponse]:
+    ) -> TransferResults[FileDownloadResponse]:
         """Download each path: one response per path, in order, with ``content``
-        or ``error``. Each file is verified against the sandbox's SHA-256.
-
-        Native-transfer providers override this operation."""
+        or ``error``; ``.raise_for_errors()`` on the result raises for the
+        failures. Each file is verified against the sandbox's SHA-256."""
         return self._drive(self._op_download_files(paths, progress=progress))
 
     async def adownload_files(
         self, paths: Iterable[str], *, progress: Progress | None = None
-    ) -> list[FileDownloadResponse]:
+    ) -> TransferResults[FileDownloadResponse]:
         """Async twin of :meth:`download_files`: download each path: one response
-        per path, in order, with ``content`` or ``error``. Each file is verified
-        against the sandbox's SHA-256."""
+        per path, in order, with ``content`` or ``error``;
+        ``.raise_for_errors()`` on the result raises for the failures. Each file
+        is verified against the sandbox's SHA-256."""
         return await self._adrive(self._op_download_files(paths, progress=progress))
 
     def download_file(

@@ -7,6 +7,8 @@ sandbox path exactly as it does on a local one.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SandboxError(Exception):
     """Base class of every error this SDK raises."""
@@ -87,6 +89,16 @@ class SandboxRuntimeError(SandboxError, RuntimeError):
 
 class SandboxNotFoundError(SandboxError, LookupError):
     """No sandbox with this id exists (lifecycle operations)."""
+
+
+class TransferFailedError(SandboxError):
+    """Items of an ``upload_files`` / ``download_files`` batch failed
+    (:meth:`~sandbox_sdk.TransferResults.raise_for_errors`); ``failures``
+    holds their responses, each with its ``path`` and ``error``."""
+
+    def __init__(self, message: str, failures: list[Any]) -> None:
+        super().__init__(message)
+        self.failures = failures
 
 
 class UnmanagedSandboxError(SandboxError, RuntimeError):

@@ -24,7 +24,7 @@ from sandbox_sdk.models import FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.provider_kit import check_path
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.transfer_suite import TransferContractTests
-from sandbox_sdk.transfer import Progress, UploadSource, open_upload_source, transfer_error
+from sandbox_sdk.transfer import Progress, TransferResults, UploadSource, open_upload_source, transfer_error
 
 _TYPED: dict[int, type[errors.SandboxError]] = {
     errno.ENOENT: errors.SandboxFileNotFoundError,
@@ -69,8 +69,8 @@ class NativeLocalSandbox(LocalSandbox):
 
     def upload_files(
         self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
-    ) -> list[FileUploadResponse]:
-        results = []
+    ) -> TransferResults[FileUploadResponse]:
+        results: TransferResults[FileUploadResponse] = TransferResults()
         done = 0
         for path, data in files:
             try:
@@ -92,8 +92,8 @@ class NativeLocalSandbox(LocalSandbox):
 
     def download_files(
         self, paths: Iterable[str], *, progress: Progress | None = None
-    ) -> list[FileDownloadResponse]:
-        results = []
+    ) -> TransferResults[FileDownloadResponse]:
+        results: TransferResults[FileDownloadResponse] = TransferResults()
         done = 0
         for path in paths:
             try:
@@ -111,13 +111,13 @@ class NativeLocalSandbox(LocalSandbox):
 
     async def aupload_files(
         self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
-    ) -> list[FileUploadResponse]:
+    ) -> TransferResults[FileUploadResponse]:
         items = list(files)
         return await anyio.to_thread.run_sync(lambda: self.upload_files(items, progress=progress))
 
     async def adownload_files(
         self, paths: Iterable[str], *, progress: Progress | None = None
-    ) -> list[FileDownloadResponse]:
+    ) -> TransferResults[FileDownloadResponse]:
         items = list(paths)
         return await anyio.to_thread.run_sync(lambda: self.download_files(items, progress=progress))
 

@@ -30,6 +30,7 @@ import anyio
 import anyio.to_thread
 import pytest
 
+from sandbox_sdk import TransferFailedError, TransferResults
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.testing._suite import SandboxSuite
 from sandbox_sdk.testing.sandbox_suite import HOSTILE_CONTENTS, HOSTILE_NAME_PARAMS
@@ -153,6 +154,23 @@ class TransferContractTests(SandboxSuite):
         assert sandbox.download_files([self.p(workdir, "ok1"), self.p(workdir, "ok2")])[1].content == b"two"
         assert sandbox.download_files([self.p(workdir, "file")])[0].content == b"a file"
 
+    def test_results_raise_for_their_errors(self, sandbox: BaseSandbox, workdir: str) -> None:
+        """Every provider's batches return :class:`~sandbox_sdk.TransferResults`;
+        a str that names no local file says to pass bytes for content."""
+        ok = self.p(workdir, "ok")
+        uploaded = sandbox.upload_files([(ok, b"bytes"), (self.p(workdir, "text"), "print('hi')\n")])
+        assert isinstance(uploaded, TransferResults)
+        assert [r.path for r in uploaded.failed] == [self.p(workdir, "text")]
+        assert "pass bytes for content" in (uploaded[1].error or "")
+        with pytest.raises(TransferFailedError, match="1 of 2 items failed") as raised:
+            uploaded.raise_for_errors()
+        assert raised.value.failures == [uploaded[1]]
+        fetched = sandbox.download_files([ok]).raise_for_errors()
+        assert isinstance(fetched, TransferResults) and fetched[0].content == b"bytes"
+        missing = sandbox.download_files([ok, self.p(workdir, "missing")])
+        with pytest.raises(TransferFailedError, match=r"missing'.*: file_not_found"):
+            missing.raise_for_errors()
+
     def test_mixed_download_batch_reports_each_item(self, sandbox: BaseSandbox, workdir: str) -> None:
         sandbox.mkdir(self.p(workdir, "dir"))
         sandbox.upload_files([(self.p(workdir, "here"), b"here")])
@@ -224,4 +242,5 @@ class TransferContractTests(SandboxSuite):
         sync_down = await anyio.to_thread.run_sync(sandbox.download_files, paths)
         async_down = await sandbox.adownload_files(paths)
         assert async_down == sync_down
+        assert isinstance(async_down, TransferResults) and async_down.failed == sync_down.failed
         assert [r.content for r in async_down[: len(files) - 1]] == [data for _, data in files[:-1]]

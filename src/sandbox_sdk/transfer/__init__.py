@@ -22,13 +22,20 @@ guarantees an override must keep, and
 """
 
 from sandbox_sdk.transfer._directories import safe_extract
-from sandbox_sdk.transfer._results import TRANSFER_ERROR_CODES, download_result, transfer_error, upload_result
+from sandbox_sdk.transfer._results import (
+    TRANSFER_ERROR_CODES,
+    TransferResults,
+    download_result,
+    transfer_error,
+    upload_result,
+)
 from sandbox_sdk.transfer._sources import OpenedUpload, Progress, UploadSource, open_upload_source
 
 __all__ = [
     "TRANSFER_ERROR_CODES",
     "OpenedUpload",
     "Progress",
+    "TransferResults",
     "UploadSource",
     "download_result",
     "open_upload_source",

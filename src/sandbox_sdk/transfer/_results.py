@@ -1,9 +1,44 @@
-"""Per-file results of a transfer: the error codes, and helpers for native transfers."""
+"""Per-file results of a transfer: the result list, the error codes, and
+helpers for native transfers."""
 
 from __future__ import annotations
 
+from typing import Generic, Self, TypeVar
+
 from sandbox_sdk import errors
 from sandbox_sdk.models import FileDownloadResponse, FileUploadResponse
+
+ResponseT = TypeVar("ResponseT", FileUploadResponse, FileDownloadResponse)
+#: Failed items named in a :class:`~sandbox_sdk.errors.TransferFailedError`'s message.
+SHOWN_FAILURES = 5
+
+
+class TransferResults(list[ResponseT], Generic[ResponseT]):
+    """The per-item responses of ``upload_files`` / ``download_files``, in
+    order: a list (one failed item never stops the others, and deepagents'
+    backend contract is this list), which can also raise for its failures.
+
+    Chosen over a ``raise_on_error=True`` flag: one return type and one
+    signature for every provider, native transfers included, and the caller
+    who raises still has every item's response on the exception."""
+
+    @property
+    def failed(self) -> list[ResponseT]:
+        """The responses whose ``error`` is set."""
+        return [response for response in self if response.error is not None]
+
+    def raise_for_errors(self) -> Self:
+        """Raise :class:`~sandbox_sdk.errors.TransferFailedError` if any item
+        failed; else return the results, for chaining."""
+        failed = self.failed
+        if failed:
+            shown = "; ".join(f"{r.path!r}: {r.error}" for r in failed[:SHOWN_FAILURES])
+            more = f" (and {len(failed) - SHOWN_FAILURES} more)" if len(failed) > SHOWN_FAILURES else ""
+            raise errors.TransferFailedError(
+                f"{len(failed)} of {len(self)} items failed: {shown}{more}", failed
+            )
+        return self
+
 
 #: The per-file ``error`` of a transfer response for each error type (else its message).
 TRANSFER_ERROR_CODES: dict[type[errors.SandboxError], str] = {

@@ -20,6 +20,7 @@ from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUpload
 from sandbox_sdk.provider_kit import Progress, UploadSource
 from sandbox_sdk.providers.modal import ModalProvider, ModalSandbox
 from sandbox_sdk.testing import SandboxConformanceTests, provided_sandbox
+from sandbox_sdk.transfer import TransferResults
 from tests.providers.modal.fake_server import FakeModalServer
 
 
@@ -38,12 +39,12 @@ class _AsyncDrivenSandbox(ModalSandbox):
 
     def upload_files(
         self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
-    ) -> list[FileUploadResponse]:
+    ) -> TransferResults[FileUploadResponse]:
         return anyio.run(partial(self.aupload_files, list(files), progress=progress))
 
     def download_files(
         self, paths: Iterable[str], *, progress: Progress | None = None
-    ) -> list[FileDownloadResponse]:
+    ) -> TransferResults[FileDownloadResponse]:
         return anyio.run(partial(self.adownload_files, list(paths), progress=progress))
 
 

@@ -36,6 +36,7 @@ from sandbox_sdk.provider_kit import (
     UploadSource,
     check_path,
     download_result,
+    open_upload_source,
     upload_result,
 )
 from sandbox_sdk.providers.daytona._errors import translate_errors
@@ -218,7 +219,7 @@ class DaytonaSandbox(BaseSandbox):
 
     # -- native transfers ---------------------------------------------------------------------
 
-    def _op_upload_files(
+    def _upload_batch(
         self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
     ) -> Operation[list[FileUploadResponse]]:
         """Upload through the daemon's bulk upload (one request), which creates
@@ -236,9 +237,9 @@ class DaytonaSandbox(BaseSandbox):
                 failed = plan.failed_indices(exc)
             plan.report(progress, failed)
         retry = plan.retry_items(failed)
-        return plan.merge((yield from super()._op_upload_files(retry)) if retry else [])
+        return plan.merge((yield from super()._upload_batch(retry)) if retry else [])
 
-    def _op_download_files(
+    def _download_batch(
         self, paths: Iterable[str], *, progress: Progress | None = None
     ) -> Operation[list[FileDownloadResponse]]:
         """Download through the daemon's bulk download (one request). A path the
@@ -252,7 +253,7 @@ class DaytonaSandbox(BaseSandbox):
             except DaytonaError:
                 replies = None
         retry = plan.take(replies, progress)
-        return plan.merge((yield from super()._op_download_files(retry)) if retry else [])
+        return plan.merge((yield from super()._download_batch(retry)) if retry else [])
 
 
 @dataclass
@@ -325,9 +326,9 @@ def _native_source(data: UploadSource) -> tuple[bytes | str, int]:
     if isinstance(data, bytes | bytearray | memoryview):
         return bytes(data), len(data)
     if isinstance(data, str | os.PathLike):
-        local = os.fspath(data)
-        with open(local, "rb") as handle:  # readable now, or a per-item error
-            return local, os.fstat(handle.fileno()).st_size
+        opened = open_upload_source(data)  # a regular file, readable now, or a per-item error
+        opened.close()
+        return os.fspath(data), opened.size or 0
     if hasattr(data, "read"):
         content = data.read()
         if not isinstance(content, bytes):

@@ -594,7 +594,7 @@ class E2BSandbox(BaseSandbox):
 
     # -- native transfers -----------------------------------------------------------------------
 
-    def _op_upload_files(
+    def _upload_batch(
         self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
     ) -> Operation[list[FileUploadResponse]]:
         """Upload through ``files.write`` then ``files.rename``: per-file errors, in order."""
@@ -602,7 +602,7 @@ class E2BSandbox(BaseSandbox):
         uploads = [_upload_one(path, data) for path, data in items]
         return (yield from self._op_each(uploads, [path for path, _ in items], progress))
 
-    def _op_download_files(
+    def _download_batch(
         self, paths: Iterable[str], *, progress: Progress | None = None
     ) -> Operation[list[FileDownloadResponse]]:
         """Download through ``files.read(format="bytes")``: per-file errors, in order."""

@@ -262,7 +262,7 @@ class ModalSandbox(BaseSandbox):
             return await self.aexecute(request.command, timeout=request.timeout)
         return await super()._aperform(request)
 
-    def _op_upload_files(
+    def _upload_batch(
         self, files: Iterable[tuple[str, UploadSource]], *, progress: Progress | None = None
     ) -> Operation[list[FileUploadResponse]]:
         """Each file is written with ``filesystem.write_bytes`` (a local path is streamed with
@@ -292,7 +292,7 @@ class ModalSandbox(BaseSandbox):
             yield local.write(target.staging, path)
             plan.staged(index, local.size)
 
-    def _op_download_files(
+    def _download_batch(
         self, paths: Iterable[str], *, progress: Progress | None = None
     ) -> Operation[list[FileDownloadResponse]]:
         """Each file read whole with ``filesystem.read_bytes``, several at once; one response
