@@ -25,6 +25,7 @@ from sandbox_sdk._provider_flows import (
     Lock,
     Probe,
     Request,
+    Sleep,
     Unlock,
 )
 from sandbox_sdk.base import BaseSandbox
@@ -71,8 +72,18 @@ class Flows(LifecycleFlows[StubSandbox]):
 flows = Flows()
 
 
-def info(sandbox_id: str, labels: Mapping[str, str]) -> SandboxInfo:
-    return SandboxInfo(id=sandbox_id, labels=dict(labels), created_at=datetime.now(UTC), status="ready")
+class LaggingFlows(Flows):
+    """Flows of a provider whose listing shows a new sandbox up to a second late."""
+
+    _listing_lag = 1.0
+
+
+lagging = LaggingFlows()
+
+
+def info(sandbox_id: str, labels: Mapping[str, str], created_at: datetime | None = None) -> SandboxInfo:
+    created = created_at or datetime.now(UTC)
+    return SandboxInfo(id=sandbox_id, labels=dict(labels), created_at=created, status="ready")
 
 
 def page(*items: SandboxInfo, next_cursor: str | None = None) -> SandboxPage:
@@ -231,6 +242,54 @@ def test_by_labels_releases_the_lock_when_creation_fails() -> None:
         Delete("sb-new"),
         Unlock(HELD),
     ]
+
+
+EARLY, LATE = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
+
+
+def test_a_lagging_listing_waits_for_the_new_sandbox_and_keeps_it_when_oldest() -> None:
+    script = Script(HELD, page(), NEW, OK, page(), None, page(info("sb-new", LABELS, EARLY)), None)
+    assert kernel.run(lagging._op_get_or_create(labels=LABELS), script) is NEW
+    assert script.requests == [
+        Lock(LABELS),
+        List(LABELS, None, 100),
+        Create(LABELS, {}),
+        Probe(NEW),
+        List(LABELS, None, 100),
+        Sleep(0.25),
+        List(LABELS, None, 100),
+        Unlock(HELD),
+    ]
+
+
+def test_a_concurrent_older_sandbox_wins_and_the_new_one_is_deleted() -> None:
+    both = page(
+        info("sb-new", LABELS, LATE), info("sb-old", LABELS, EARLY), info("sb-super", {**LABELS, "x": "1"})
+    )
+    script = Script(HELD, page(), NEW, OK, both, OLD, OK, None, None)
+    assert kernel.run(lagging._op_get_or_create(labels=LABELS), script) is OLD
+    assert script.requests[4:] == [
+        List(LABELS, None, 100),
+        Get("sb-old"),
+        Probe(OLD),
+        Delete("sb-new"),
+        Unlock(HELD),
+    ]
+
+
+def test_convergence_keeps_the_new_sandbox_if_the_older_one_is_gone() -> None:
+    both = page(info("sb-old", LABELS, EARLY), info("sb-new", LABELS, LATE))
+    script = Script(HELD, page(), NEW, OK, both, errors.SandboxNotFoundError("deleted"), None)
+    assert kernel.run(lagging._op_get_or_create(labels=LABELS), script) is NEW
+    assert script.requests[-2:] == [Get("sb-old"), Unlock(HELD)]
+
+
+def test_convergence_gives_up_waiting_after_the_lag() -> None:
+    script = Script(
+        HELD, page(), NEW, OK, *[reply for _ in range(4) for reply in (page(), None)], page(), None
+    )
+    assert kernel.run(lagging._op_get_or_create(labels=LABELS), script) is NEW
+    assert script.requests.count(Sleep(0.25)) == 4  # a second of lag, then the new sandbox is kept
 
 
 def test_a_lock_that_cannot_be_taken_is_not_released() -> None:

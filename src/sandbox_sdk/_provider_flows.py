@@ -1,8 +1,8 @@
 """A provider's lifecycle, written once as flows for the kernel.
 
 A flow yields requests (:class:`Get`, :class:`List`, :class:`Create`,
-:class:`Probe`, :class:`Delete`, and :class:`Lock` / :class:`Unlock` around a
-lookup by labels) and receives their replies. ``SandboxProvider`` performs
+:class:`Probe`, :class:`Delete`, :class:`Sleep`, and :class:`Lock` /
+:class:`Unlock` around a lookup by labels) and receives their replies. ``SandboxProvider`` performs
 them with its sync primitives (``get``, ``list``, ``_create``, ``delete``,
 ``_label_lock``) in ``_perform`` and with the async ones in ``_aperform``, so
 ``get_or_create`` and ``aget_or_create`` share one body and one set of rules:
@@ -35,6 +35,8 @@ T = TypeVar("T")
 LOOKUP_PAGE_SIZE = 100
 #: Each sandbox created, connected to or deleted, at INFO (ids and labels only).
 lifecycle_log = logging.getLogger("sandbox_sdk.lifecycle")
+#: Seconds between ``list`` calls while a new sandbox is not yet listed (see ``_listing_lag``).
+LISTING_POLL = 0.25
 
 
 @dataclass(frozen=True)
@@ -89,10 +91,17 @@ class Unlock:
     held: AbstractContextManager[object]
 
 
+@dataclass(frozen=True)
+class Sleep:
+    """Wait ``seconds`` before asking again (``time.sleep``, ``anyio.sleep``)."""
+
+    seconds: float
+
+
 #: A provider's flow may also yield its own requests (subclasses of
 #: :class:`~sandbox_sdk.provider_kit.NativeRequest`), which its ``_perform`` /
 #: ``_aperform`` override carries out, handing every other request to ``super()``.
-Request = Get | List | Create | Probe | Delete | Lock | Unlock | NativeRequest
+Request = Get | List | Create | Probe | Delete | Lock | Unlock | Sleep | NativeRequest
 #: A lifecycle flow returning ``T``.
 Flow = Generator[Request, Any, T]
 
@@ -137,6 +146,12 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
 
     #: The name under which the provider is registered (entry point).
     name: ClassVar[str] = ""
+
+    #: Seconds a new sandbox may take to show in ``list``. A provider whose
+    #: listing lags and whose label lock is not exclusive across clients sets
+    #: it, and ``get_or_create`` by labels then converges after creating (see
+    #: :meth:`_converge`); 0 (an exact listing or an exclusive lock) skips that.
+    _listing_lag: float = 0.0
 
     @abstractmethod
     def _perform(self, request: Request) -> Any:
@@ -219,8 +234,10 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
                     continue
                 try:
                     return (yield from self._get_live(info.id))
-                except errors.SandboxNotFoundError:
-                    continue  # deleted or dead since it was listed
+                except errors.SandboxNotFoundError as exc:
+                    lifecycle_log.warning(
+                        "sandbox %s carrying %s is gone or not running: %s", info.id, wanted, exc
+                    )
         # A sandbox that expired may have left no trace to look up (E2B's do not):
         # say so rather than hand out a new, empty one silently.
         lifecycle_log.info(
@@ -228,4 +245,43 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
             " (one with these labels that expired or was deleted is not brought back)",
             wanted,
         )
-        return (yield from self._op_create(labels=labels, **options))
+        created: SandboxT = yield from self._op_create(labels=labels, **options)
+        if self._listing_lag > 0:
+            return (yield from self._converge(wanted, created))
+        return created
+
+    def _converge(self, labels: dict[str, str], mine: SandboxT) -> Flow[SandboxT]:
+        """After creating ``mine``: another client may have created a sandbox for
+        the same labels meanwhile, unseen in a lagging listing. List until
+        ``mine`` shows (up to ``_listing_lag`` seconds; what was created before it
+        shows by then too), keep the oldest sandbox carrying exactly ``labels``,
+        which every racing client picks alike, and delete ``mine`` if it is not
+        that one. Only one's own duplicate is deleted: another client's may
+        still be in its health check."""
+        waited = 0.0
+        while True:
+            found = [info for info in (yield from self._listed(labels)) if info.labels == labels]
+            if any(info.id == mine.id for info in found) or waited >= self._listing_lag:
+                break
+            yield Sleep(LISTING_POLL)
+            waited += LISTING_POLL
+        keeper = min(found, key=lambda info: (info.created_at, info.id), default=None)
+        if keeper is None or keeper.id == mine.id:
+            return mine
+        try:
+            kept: SandboxT = yield from self._get_live(keeper.id)
+        except errors.SandboxNotFoundError:
+            return mine
+        lifecycle_log.info(
+            "sandbox %s duplicates %s for %s (a concurrent create): deleting it", mine.id, kept.id, labels
+        )
+        with contextlib.suppress(Exception):  # a duplicate left behind is not the caller's failure
+            yield Delete(mine.id)
+        return kept
+
+    def _listed(self, labels: Mapping[str, str]) -> Flow[builtins.list[SandboxInfo]]:
+        """Every sandbox ``list`` shows for ``labels``, all pages."""
+        listing, found = Listing(labels, LOOKUP_PAGE_SIZE), []
+        while not listing.done:
+            found += yield from listing.next_page()
+        return found

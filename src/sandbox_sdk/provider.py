@@ -18,12 +18,14 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import time
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterator, Mapping
 from importlib.metadata import entry_points
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, overload
 
+import anyio
 import anyio.to_thread
 
 from sandbox_sdk import errors
@@ -37,6 +39,7 @@ from sandbox_sdk._provider_flows import (
     Probe,
     Request,
     SandboxT,
+    Sleep,
     Unlock,
 )
 from sandbox_sdk._provider_lifecycle import ProviderLifecycle
@@ -189,6 +192,8 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
                 return enter_lock(self._label_lock(labels))
             case Unlock(held):
                 return held.__exit__(None, None, None)
+            case Sleep(seconds):
+                return time.sleep(seconds)
         raise TypeError(f"{type(self).__name__} cannot perform a {type(request).__name__}")
 
     async def _aperform(self, request: Request) -> Any:
@@ -209,6 +214,8 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
                 return await anyio.to_thread.run_sync(enter_lock, self._label_lock(labels))
             case Unlock(held):
                 return held.__exit__(None, None, None)
+            case Sleep(seconds):
+                return await anyio.sleep(seconds)
         raise TypeError(f"{type(self).__name__} cannot perform a {type(request).__name__}")
 
 
