@@ -17,8 +17,20 @@ Control plane, under ``{base}/api`` (pass it as ``DaytonaConfig(api_url=...)``):
   - ``DELETE /sandbox/{idOrName}``               delete (removes the directory), 404 when unknown
                                                  or already deleted
   - ``GET    /sandbox/{id}/toolbox-proxy-url``   toolbox proxy discovery -> ``{"url": "{base}/toolbox"}``
-  - ``POST   /sandbox/{idOrName}/start|stop``    instant state changes; the toolbox answers 400
-                                                 for a sandbox that is not started
+  - ``POST   /sandbox/{idOrName}/start|stop``    state changes, through ``starting`` /
+                                                 ``resuming`` for ``transition_seconds``; start
+                                                 refuses (400) while a change is in progress
+
+Lifecycle, as the service runs it (times in fake minutes of ``minute_seconds`` seconds):
+  - a started sandbox idle for ``autoStopInterval`` minutes (no toolbox request: the proxy
+    records activity, apps/proxy/pkg/proxy/get_sandbox_target.go ``updateLastActivity``) is
+    ``stopped``; 0 disables it (CreateSandbox ``autoStopInterval``, daytona_api_client)
+  - ``ttlMinutes`` after creation the sandbox is destroyed whatever its state
+    (CreateSandbox ``ttlMinutes``: "wall-clock time since creation regardless of sandbox state")
+  - a new sandbox shows in ``list`` only ``listing_lag`` seconds after creation
+    (``list_sandboxes``: "Eventually consistent", daytona_api_client/api/sandbox_api.py)
+  - the toolbox of a sandbox that is not started answers 400 "container has no IP address, it
+    might not be running" (apps/runner/pkg/api/controllers/proxy.go ``getProxyTarget``)
 
 Toolbox daemon, under ``{base}/toolbox/{sandboxId}`` (the SDK prefixes the sandbox id itself):
   - ``POST /process/execute``      ``{"command", "cwd", "envs", "timeout"}`` -> ``{"exitCode", "result"}``
@@ -33,7 +45,8 @@ Toolbox daemon, under ``{base}/toolbox/{sandboxId}`` (the SDK prefixes the sandb
 Anything else answers 404. The Socket.IO event gateway is deliberately absent, so the SDK falls
 back to polling, which the routes above satisfy. Every request must carry
 ``Authorization: Bearer <api_key>`` (401 otherwise). `FakeDaytonaServer.fail_next` makes the next
-matching requests fail with a chosen status, to exercise error mapping.
+matching requests fail with a chosen status, to exercise error mapping; `stall_next` makes them
+wait unanswered (the command never runs), as a request lost to a connect or gateway timeout.
 
 Command execution has two modes, because daemons differ: ``"stdin-shell"`` (recent daemons: the
 command text is fed to a shell on stdin) and ``"argv-split"`` (older daemons: the command is split
@@ -51,6 +64,7 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -94,8 +108,14 @@ class FakeSandbox:
     auto_stop_interval: int | None
     auto_archive_interval: int | None
     auto_delete_interval: int | None
+    ttl_minutes: int | None = None
     created_at: str = field(default_factory=_now)
     state: str = "started"
+    #: ``time.monotonic()`` of creation and of the last toolbox request.
+    born: float = field(default_factory=time.monotonic)
+    last_activity: float = field(default_factory=time.monotonic)
+    #: A state change under way: the state it ends in, and when.
+    pending: tuple[str, float] | None = None
 
 
 @dataclass
@@ -103,6 +123,8 @@ class _Failure:
     status: int
     path_contains: str
     remaining: int
+    #: Seconds to hold the request unanswered first (and then answer ``status``).
+    stall: float = 0.0
 
 
 class FakeDaytonaServer:
@@ -118,6 +140,12 @@ class FakeDaytonaServer:
         #: Deleted sandboxes stay readable by id in state ``destroyed``, as on the service.
         self.destroyed: dict[str, FakeSandbox] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path), for assertions about traffic
+        #: Seconds of a fake minute, for ``autoStopInterval`` and ``ttlMinutes``.
+        self.minute_seconds = 60.0
+        #: Seconds a state change (start, resume) takes.
+        self.transition_seconds = 0.0
+        #: Seconds before a new sandbox shows in ``list``.
+        self.listing_lag = 0.0
         self._failures: list[_Failure] = []
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -179,10 +207,45 @@ class FakeDaytonaServer:
         self._loop = None
         self._thread = None
 
-    def fail_next(self, status: int, *, path_contains: str = "", times: int = 1) -> None:
-        """Answer the next `times` requests whose path contains `path_contains` with `status`."""
+    def fail_next(self, status: int, *, path_contains: str = "", times: int = 1, stall: float = 0.0) -> None:
+        """Answer the next `times` requests whose path contains `path_contains` with `status`,
+        after holding each unanswered for `stall` seconds (never handling it)."""
         with self._lock:
-            self._failures.append(_Failure(status, path_contains, times))
+            self._failures.append(_Failure(status, path_contains, times, stall))
+
+    def set_state(self, sandbox_id: str, state: str, *, then: str | None = None, after: float = 0.0) -> None:
+        """Put a sandbox in `state` (a platform-side change: auto-stop, archiving, ...),
+        moving on to `then` `after` seconds later."""
+        with self._lock:
+            sandbox = self.sandboxes[sandbox_id]
+            sandbox.state = state
+            sandbox.pending = (then, time.monotonic() + after) if then else None
+
+    def _advance(self) -> None:
+        """Apply what time did since the last request: finished transitions, idle
+        auto-stops, expired ttls (the service's own jobs, run lazily here)."""
+        now = time.monotonic()
+        with self._lock:
+            for sandbox in list(self.sandboxes.values()):
+                if sandbox.ttl_minutes and now - sandbox.born >= sandbox.ttl_minutes * self.minute_seconds:
+                    self._destroy(sandbox)
+                    continue
+                if sandbox.pending is not None and now >= sandbox.pending[1]:
+                    sandbox.state, sandbox.pending = sandbox.pending[0], None
+                    sandbox.last_activity = now
+                idle = sandbox.auto_stop_interval
+                if (
+                    sandbox.state == "started"
+                    and idle
+                    and now - sandbox.last_activity >= idle * self.minute_seconds
+                ):
+                    sandbox.state = "stopped"
+
+    def _destroy(self, sandbox: FakeSandbox) -> None:
+        """Forget a sandbox (lock held), leaving it readable by id as ``destroyed``."""
+        self.sandboxes.pop(sandbox.id, None)
+        self.destroyed[sandbox.id] = sandbox
+        shutil.rmtree(sandbox.root, ignore_errors=True)
 
     # -- app ---------------------------------------------------------------------------------------
 
@@ -204,6 +267,7 @@ class FakeDaytonaServer:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        self._advance()
         with self._lock:
             self.requests.append((request.method, request.path))
             failure = next((f for f in self._failures if f.path_contains in request.path), None)
@@ -212,6 +276,7 @@ class FakeDaytonaServer:
                 if failure.remaining <= 0:
                     self._failures.remove(failure)
         if failure is not None:
+            await asyncio.sleep(failure.stall)
             return _error(request, failure.status, f"injected failure {failure.status}")
         if request.headers.get("Authorization") != f"Bearer {self.api_key}":
             return _error(request, 401, "Unauthorized: invalid API key")
@@ -274,6 +339,7 @@ class FakeDaytonaServer:
             auto_stop_interval=body.get("autoStopInterval"),
             auto_archive_interval=body.get("autoArchiveInterval"),
             auto_delete_interval=body.get("autoDeleteInterval"),
+            ttl_minutes=body.get("ttlMinutes"),
         )
         with self._lock:
             self.sandboxes[sandbox_id] = sandbox
@@ -292,10 +358,15 @@ class FakeDaytonaServer:
     async def _list(self, request: web.Request) -> web.Response:
         wanted: dict[str, str] = json.loads(request.query.get("labels") or "{}")
         limit = int(request.query.get("limit") or 100)
+        if not 1 <= limit <= 200:  # ``limit``: ge=1, le=200 (daytona_api_client list_sandboxes)
+            return _error(request, 400, "limit must not be greater than 200")
         offset = int(request.query.get("cursor") or 0)
+        visible_since = time.monotonic() - self.listing_lag
         with self._lock:
             matching = [
-                s for s in self.sandboxes.values() if all(s.labels.get(k) == v for k, v in wanted.items())
+                s
+                for s in self.sandboxes.values()
+                if s.born <= visible_since and all(s.labels.get(k) == v for k, v in wanted.items())
             ]
         matching.sort(key=lambda s: (s.created_at, s.id))
         page = matching[offset : offset + limit]
@@ -307,22 +378,35 @@ class FakeDaytonaServer:
         if sandbox is None:
             return _not_found(request)
         with self._lock:
-            self.sandboxes.pop(sandbox.id, None)
-            self.destroyed[sandbox.id] = sandbox
-        shutil.rmtree(sandbox.root, ignore_errors=True)
+            self._destroy(sandbox)
         return web.json_response(self._dto(sandbox, state="destroyed"))
 
     async def _start(self, request: web.Request) -> web.Response:
-        return self._set_state(request, "started")
+        """Start a stopped or archived sandbox, resume a paused one ("Start or resume
+        sandbox", daytona_api_client ``start_sandbox``); refused while a state change is
+        in progress or from any other state, as the API's ``SandboxService.start`` does
+        (apps/api/src/sandbox/services/sandbox.service.ts in daytonaio/daytona)."""
+        transitions = {"stopped": "starting", "archived": "starting", "paused": "resuming"}
+        return self._change(request, transitions, "started")
 
     async def _stop(self, request: web.Request) -> web.Response:
-        return self._set_state(request, "stopped")
+        return self._change(request, {"started": "stopping"}, "stopped")
 
-    def _set_state(self, request: web.Request, state: str) -> web.Response:
+    def _change(self, request: web.Request, transitions: dict[str, str], final: str) -> web.Response:
         sandbox = self._lookup(request.match_info["sid"])
         if sandbox is None:
             return _not_found(request)
-        sandbox.state = state  # transitions are instant here
+        with self._lock:
+            if sandbox.pending is not None:
+                return _error(request, 400, "State change in progress")
+            if sandbox.state not in transitions:
+                return _error(request, 400, "Sandbox is not in valid state")
+            if self.transition_seconds:
+                sandbox.state = transitions[sandbox.state]
+                sandbox.pending = (final, time.monotonic() + self.transition_seconds)
+            else:
+                sandbox.state = final
+            sandbox.last_activity = time.monotonic()
         return web.json_response(self._dto(sandbox))
 
     async def _toolbox_proxy_url(self, request: web.Request) -> web.Response:
@@ -333,13 +417,16 @@ class FakeDaytonaServer:
     # -- toolbox --------------------------------------------------------------------------------------
 
     def _toolbox_sandbox(self, request: web.Request) -> FakeSandbox | web.Response:
-        """The sandbox a toolbox call is for, or the refusal: 404 unknown, 400 not started."""
+        """The sandbox a toolbox call is for (its activity recorded), or the refusal:
+        404 unknown, 400 not started (the runner's toolbox proxy finds no container IP)."""
         with self._lock:
             sandbox = self.sandboxes.get(request.match_info["sid"])
+            if sandbox is not None:
+                sandbox.last_activity = time.monotonic()
         if sandbox is None:
             return _not_found(request)
         if sandbox.state != "started":
-            return _error(request, 400, f"Sandbox {sandbox.id} is not started (state: {sandbox.state})")
+            return _error(request, 400, "container has no IP address, it might not be running")
         return sandbox
 
     async def _execute(self, request: web.Request) -> web.StreamResponse:
@@ -535,7 +622,9 @@ def _not_found(request: web.Request) -> web.Response:
 
 
 async def _terminate_group(proc: asyncio.subprocess.Process) -> None:
-    """SIGTERM the command's process group, then SIGKILL after a grace period, like the daemon."""
+    """SIGTERM the command's process group, then SIGKILL after a grace period, like the daemon
+    (``Setpgid`` and ``TerminateProcessTreeGracefully`` in
+    apps/daemon/pkg/toolbox/process/execute/execute.go, daytonaio/daytona)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)

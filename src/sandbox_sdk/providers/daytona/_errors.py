@@ -76,7 +76,12 @@ def typed_error(exc: BaseException, what: str, *, path: str | None = None) -> er
     status = _status(exc)
     message = f"{what}: {exc}"
     # Connection failures first: DaytonaConnectionTimeoutError is also a DaytonaTimeoutError.
-    if isinstance(exc, _UNAVAILABLE) or status in (502, 503) or (status is None and _transport_failure(exc)):
+    # A gateway's 504 too: it gave up waiting, which says nothing of what the sandbox did.
+    if (
+        isinstance(exc, _UNAVAILABLE)
+        or status in (502, 503, 504)
+        or (status is None and _transport_failure(exc))
+    ):
         return errors.ProviderUnavailableError(
             f"{message} (Daytona is unreachable or unavailable)", path=path
         )
@@ -86,7 +91,7 @@ def typed_error(exc: BaseException, what: str, *, path: str | None = None) -> er
         return errors.AuthenticationError(f"{message} (check DAYTONA_API_KEY)", path=path)
     if isinstance(exc, DaytonaRateLimitError) or status == 429:
         return errors.RateLimitedError(message, path=path)
-    if isinstance(exc, DaytonaTimeoutError) or status in (408, 504):
+    if isinstance(exc, DaytonaTimeoutError) or status == 408:
         return errors.SandboxTimeoutError(message, path=path)
     if isinstance(exc, DaytonaInternalServerError) or (status is not None and status >= 500):
         return errors.ProviderUnavailableError(f"{message} (Daytona server error)", path=path)

@@ -3,25 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import shlex
 import threading
-import weakref
-from collections.abc import Generator, Iterable, Sequence
+import time
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 from daytona import (
     AsyncDaytona,
     AsyncSandbox,
     Daytona,
     DaytonaConfig,
     DaytonaError,
-    DaytonaTimeoutError,
     FileDownloadRequest,
     FileUpload,
     Sandbox,
+    SandboxState,
 )
 from daytona import FileDownloadResponse as DaytonaDownload
 
@@ -43,6 +45,8 @@ from sandbox_sdk.providers.daytona._errors import translate_errors
 
 #: Default timeout of one command, in seconds (the daemon's own default is 360 s).
 DEFAULT_TIMEOUT = 120.0
+#: Seconds to wait for a sandbox to reach ``started`` (through transitions, and starting it).
+DEFAULT_START_TIMEOUT = 120.0
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 
 
@@ -50,7 +54,11 @@ class DaytonaClients:
     """One sync ``Daytona`` client, and one ``AsyncDaytona`` per event loop.
 
     ``AsyncDaytona`` keeps an aiohttp session bound to the loop that first used
-    it, so a client is made (lazily) for each running loop instead of shared."""
+    it, so a client is made (lazily) for each running loop instead of shared.
+    Each is closed on its own loop: by :meth:`aclose`, or when the loop shuts
+    down (``asyncio.run`` and ``anyio.run`` finalize a loop's async generators
+    before closing it, and a small generator per client closes the client
+    then), so a forgotten ``aclose`` leaks no "Unclosed client session"."""
 
     def __init__(self, config: DaytonaConfig) -> None:
         self.config = config
@@ -58,26 +66,66 @@ class DaytonaClients:
         # DAYTONA_ORGANIZATION_ID); failing now is the "clear error at construction".
         with translate_errors("cannot create the Daytona client"):
             self.sync = Daytona(config)
-        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncDaytona] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._async: dict[asyncio.AbstractEventLoop, tuple[AsyncDaytona, AsyncGenerator[None, None]]] = {}
         self._lock = threading.Lock()
 
     def aclient(self) -> AsyncDaytona:
         """The async client of the running event loop (asyncio only)."""
         loop = asyncio.get_running_loop()
         with self._lock:
-            client = self._async.get(loop)
-            if client is None:
-                client = self._async[loop] = AsyncDaytona(self.config)
-            return client
+            entry = self._async.get(loop)
+            if entry is not None:
+                return entry[0]
+            # Loops closed without finalizing their generators: nothing can close their sessions now.
+            for closed in [known for known in self._async if known.is_closed()]:
+                del self._async[closed]
+            client = AsyncDaytona(self.config)
+            closer = self._closer(loop, client)
+            self._async[loop] = (client, closer)
+        # Run the closer to its first yield: the loop now tracks it, and finalizes it at shutdown.
+        with contextlib.suppress(StopIteration):
+            closer.asend(None).send(None)
+        return client
+
+    async def _closer(
+        self, loop: asyncio.AbstractEventLoop, client: AsyncDaytona
+    ) -> AsyncGenerator[None, None]:
+        """Closes ``client`` when finalized: by :meth:`aclose`, or by its loop's shutdown."""
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._async.get(loop, (None,))[0] is client:
+                    del self._async[loop]
+            await client.close()  # type: ignore[no-untyped-call]  # unannotated in the SDK
 
     async def aclose(self) -> None:
         """Close the running loop's async client (its HTTP session)."""
         with self._lock:
-            client = self._async.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.close()  # type: ignore[no-untyped-call]  # unannotated in the SDK
+            entry = self._async.get(asyncio.get_running_loop())
+        if entry is not None:
+            await entry[1].aclose()
+
+    def close(self) -> None:
+        """Close every loop's async client that can be closed on its loop now: an
+        idle loop's here, one running in another thread there (waited for). The
+        calling thread's running loop closes its own at shutdown, or on ``aclose``."""
+        with self._lock:
+            entries = list(self._async.items())
+        for loop, (_, closer) in entries:
+            if loop.is_closed() or loop is _running_loop():
+                continue
+            if loop.is_running():
+                asyncio.run_coroutine_threadsafe(closer.aclose(), loop).result(CLOSE_TIMEOUT)
+            else:
+                loop.run_until_complete(closer.aclose())
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -96,6 +144,57 @@ class ToolboxCall(NativeRequest):
         return getattr(getattr(sandbox, self.area), self.method)(*self.args, **self.kwargs)
 
 
+@dataclass(frozen=True)
+class StateCall(NativeRequest):
+    """``<method>(**kwargs)`` on the SDK's sandbox object itself (``refresh_data``,
+    ``start``), or no call when ``method`` is ``None``; the reply is the sandbox's
+    state afterwards, as its string value."""
+
+    method: str | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def on(self, sandbox: Sandbox | AsyncSandbox) -> Any:
+        """Make the call: ``None`` from a sync sandbox, an awaitable from an async one."""
+        return getattr(sandbox, self.method)(**self.kwargs) if self.method else None
+
+
+@dataclass(frozen=True)
+class Pause(NativeRequest):
+    """Wait ``seconds`` (``time.sleep`` or ``anyio.sleep``) before asking again."""
+
+    seconds: float
+
+
+#: States on the way to another one; ``get`` waits them out (unknown future states too).
+_GONE = {SandboxState.DESTROYED.value, SandboxState.DESTROYING.value}
+_FAILED = {SandboxState.ERROR.value, SandboxState.BUILD_FAILED.value}
+#: States ``start`` leaves for ``started``: it starts a stopped or archived sandbox and
+#: resumes a paused one (``start_sandbox``: "Start or resume sandbox", daytona_api_client).
+_STARTABLE = {SandboxState.STOPPED.value, SandboxState.ARCHIVED.value, SandboxState.PAUSED.value}
+_STARTED = SandboxState.STARTED.value
+#: First and longest pause between state polls, as the SDK's own waits (``_wait_for_state``).
+_FIRST_POLL, _LAST_POLL = 0.1, 1.0
+#: Seconds ``DaytonaClients.close`` waits for another thread's loop to close its client.
+CLOSE_TIMEOUT = 10.0
+
+
+def state_value(state: object) -> str:
+    """A sandbox state as its string value, whichever client's enum it comes from."""
+    return str(getattr(state, "value", state))
+
+
+def _never_ran(exc: DaytonaError, state: str) -> bool:
+    """Whether a failed toolbox call provably never reached the daemon because the
+    sandbox was not running (``state`` read just after the failure): the runner's
+    toolbox proxy answers 400 "container has no IP address, it might not be
+    running" (apps/runner/pkg/api/controllers/proxy.go, ``getProxyTarget``), and
+    the proxy that wakes a stopped VM answers 503 with its "Sandbox is starting"
+    page (apps/proxy/pkg/proxy/wake.go), in daytonaio/daytona."""
+    if exc.status_code == 400:
+        return state != _STARTED
+    return exc.status_code == 503 and "Sandbox is starting" in str(exc)
+
+
 class DaytonaSandbox(BaseSandbox):
     """A Daytona sandbox. Commands run through ``process.exec``; ``upload_files``
     and ``download_files`` move bytes through the daemon's bulk file API.
@@ -107,7 +206,14 @@ class DaytonaSandbox(BaseSandbox):
 
     Timeouts are whole seconds on the wire (rounded up). A timed-out command
     returns ``timed_out=True``, exit code 124 and no output: the daemon kills
-    its process group and answers 408 without what the command printed.
+    its process group and answers 408 without what the command printed. Any
+    other failure to get an answer (a connection or gateway timeout: the
+    command may or may not have run) raises the typed error.
+
+    A handle outlives its sandbox's stops: when the platform answers that the
+    sandbox is not running (auto-stopped after ``auto_stop_interval`` idle
+    minutes), the command is retried once after starting it again, since that
+    answer proves the command never started. Nothing else is retried.
     """
 
     def __init__(
@@ -119,14 +225,17 @@ class DaytonaSandbox(BaseSandbox):
         timeout: float = DEFAULT_TIMEOUT,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         shell: str = "bash",
+        start_timeout: float = DEFAULT_START_TIMEOUT,
     ) -> None:
         self._clients = clients
         self._id = sandbox_id
         self._sdk_sandbox = sdk_sandbox
-        self._async_sandboxes: dict[asyncio.AbstractEventLoop, AsyncSandbox] = {}
+        #: Per event loop: the loop's client and the SDK sandbox object made with it.
+        self._async_sandboxes: dict[asyncio.AbstractEventLoop, tuple[AsyncDaytona, AsyncSandbox]] = {}
         self.timeout = timeout
         self.max_output_bytes = max_output_bytes
         self.shell = shell
+        self.start_timeout = start_timeout
 
     @property
     def id(self) -> str:
@@ -145,24 +254,68 @@ class DaytonaSandbox(BaseSandbox):
 
     def _adopt_async(self, sandbox: AsyncSandbox) -> None:
         """Use ``sandbox`` (just created or fetched by the provider) on the running loop."""
-        self._async_sandboxes[asyncio.get_running_loop()] = sandbox
+        self._async_sandboxes[asyncio.get_running_loop()] = (self._clients.aclient(), sandbox)
 
     async def _async_sdk(self) -> AsyncSandbox:
         loop = asyncio.get_running_loop()
-        sandbox = self._async_sandboxes.get(loop)
-        if sandbox is None:
-            with translate_errors(f"get sandbox {self._id}"):
-                sandbox = await self._clients.aclient().get(self._id)
-            self._async_sandboxes = {
-                known: value for known, value in self._async_sandboxes.items() if not known.is_closed()
-            }
-            self._async_sandboxes[loop] = sandbox
+        client = self._clients.aclient()
+        known = self._async_sandboxes.get(loop)
+        if known is not None and known[0] is client:
+            return known[1]
+        with translate_errors(f"get sandbox {self._id}"):
+            sandbox = await client.get(self._id)
+        self._async_sandboxes = {
+            other: value for other, value in self._async_sandboxes.items() if not other.is_closed()
+        }
+        self._async_sandboxes[loop] = (client, sandbox)
         return sandbox
 
     async def aclose(self) -> None:
         """Close the async SDK client of the running event loop (shared with the provider)."""
         self._async_sandboxes.pop(asyncio.get_running_loop(), None)
         await self._clients.aclose()
+
+    # -- states ------------------------------------------------------------------------------
+
+    def _op_ready(self) -> Operation[None]:
+        """Bring the sandbox to ``started``: wait out transitional states (``starting``,
+        ``stopping``, ``archiving``, ``pausing``, ``resuming``, ...; the API refuses to
+        start a sandbox while a state change is in progress), then start one that is
+        stopped, archived or paused, within ``start_timeout`` seconds in all."""
+        state = yield StateCall()
+        waited, pause, started = 0.0, _FIRST_POLL, False
+        while state != _STARTED:
+            if state in _GONE:
+                raise errors.SandboxNotFoundError(f"sandbox {self._id} has been deleted ({state})")
+            if state in _FAILED:  # Daytona's listing still shows it; to us it is not there
+                raise errors.SandboxNotFoundError(
+                    f"sandbox {self._id} is in state {state} and cannot be used"
+                )
+            if state in _STARTABLE and not started:
+                started = True
+                state = yield StateCall("start", {"timeout": max(1.0, self.start_timeout - waited)})
+                continue
+            if waited >= self.start_timeout:
+                raise errors.SandboxTimeoutError(
+                    f"sandbox {self._id} is still {state} after {waited:.0f} s (start_timeout)"
+                )
+            yield Pause(pause)
+            waited, pause = waited + pause, min(_LAST_POLL, pause * 2)
+            state = yield StateCall("refresh_data")
+
+    def _op_call(self, call: ToolboxCall) -> Operation[Any]:
+        """Make a toolbox call; if the platform proves it never ran because the
+        sandbox is not running, start the sandbox and make it once more."""
+        try:
+            return (yield call)
+        except DaytonaError as exc:
+            if exc.status_code not in (400, 503):
+                raise
+            state = yield StateCall("refresh_data")
+            if not _never_ran(exc, state):
+                raise
+        yield from self._op_ready()
+        return (yield call)
 
     # -- execute -------------------------------------------------------------------------
 
@@ -186,16 +339,19 @@ class DaytonaSandbox(BaseSandbox):
         kept = data[: self.max_output_bytes].decode("utf-8", "ignore")
         return ExecuteResponse(output=kept, exit_code=exit_code, truncated=True)
 
-    def _op_execute(
-        self, command: str, timeout: float | None
-    ) -> Generator[ToolboxCall, Any, ExecuteResponse]:
+    def _op_execute(self, command: str, timeout: float | None) -> Operation[ExecuteResponse]:
         call = ToolboxCall(
             "process", "exec", (self._wrap(command),), {"timeout": self._wire_timeout(timeout)}
         )
         with translate_errors(f"execute in sandbox {self._id}"):
             try:
-                reply = yield call
-            except DaytonaTimeoutError:
+                reply = yield from self._op_call(call)
+            except DaytonaError as exc:
+                # Only the daemon's own 408 says the command ran into its timeout and was
+                # killed. A connection or read timeout (DaytonaConnectionTimeoutError) or a
+                # gateway's 504 says nothing of the kind: raised, typed, below.
+                if exc.status_code != 408:
+                    raise
                 return ExecuteResponse(output="", exit_code=TIMEOUT_EXIT_CODE, timed_out=True)
         return self._response(reply.result, reply.exit_code)
 
@@ -205,16 +361,29 @@ class DaytonaSandbox(BaseSandbox):
     async def aexecute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
         return await self._adrive(self._op_execute(command, timeout))
 
-    # -- carrying out toolbox calls -----------------------------------------------------------
+    # -- carrying out native calls ------------------------------------------------------------
 
     def _perform(self, request: Any) -> Any:
         if isinstance(request, ToolboxCall):
             return request.on(self._sync_sdk())
+        if isinstance(request, StateCall):
+            sandbox = self._sync_sdk()
+            request.on(sandbox)
+            return state_value(sandbox.state)
+        if isinstance(request, Pause):
+            return time.sleep(request.seconds)
         return super()._perform(request)
 
     async def _aperform(self, request: Any) -> Any:
         if isinstance(request, ToolboxCall):
             return await request.on(await self._async_sdk())
+        if isinstance(request, StateCall):
+            asandbox = await self._async_sdk()
+            if request.method:
+                await request.on(asandbox)
+            return state_value(asandbox.state)
+        if isinstance(request, Pause):
+            return await anyio.sleep(request.seconds)
         return await super()._aperform(request)
 
     # -- native transfers ---------------------------------------------------------------------
