@@ -24,12 +24,12 @@ the SDK only picks for GPUs, network file systems or a PTY, is not served):
                             ``env`` arrives inline as a secret source. A ``name`` is unique among
                             the app's running sandboxes: another create of it is ALREADY_EXISTS
                             ("name: ... Unique within an app", "Raises: AlreadyExistsError",
-                            ``Sandbox.create`` in ``modal/sandbox/_sandbox.py``), and free again once
-                            its sandbox ends ("another running Sandbox in the App already holds the
-                            name", ``_experimental_set_name``, same file)
+                            ``Sandbox.create``, ``modal/sandbox/_sandbox.py:230,288``), and free
+                            again once its sandbox ends ("another running Sandbox in the App
+                            already holds the name", ``_experimental_set_name``, same file:764)
     SandboxGetFromNameV2    the app's running sandbox of a name, else with ``include_terminated``
                             the most recent one of that name that ended (``from_name``'s docstring,
-                            same file), else NOT_FOUND
+                            same file:554), else NOT_FOUND
     SandboxGetTaskIdV2      task id while running, the final result once finished
     SandboxGetCommandRouterAccess  ``http://127.0.0.1:<port>`` (this same server) and a JWT
     SandboxWaitV2           long poll on the sandbox result (``timeout`` seconds)
@@ -50,12 +50,12 @@ Task command router RPCs served:
                             past ``timeout_secs`` is killed here, on the worker side (SIGKILL to
                             its group, timed from the start request), and its status reported as
                             that signal, which the SDK turns into 128 + 9 = 137
-                            (``modal/container_process.py``, ``wait``: ``which == "signal"``).
-                            The SDK's own deadline starts only once the start reply is back
-                            (``exec_deadline`` in ``modal/sandbox/_common.py``, ``exec_via_tcr``),
-                            so the worker's report usually wins that race and ``wait()`` returns
-                            137 rather than its deadline's -1 (``container_process.py``, the
-                            ``ExecTimeoutError`` branch); both happen on Modal, and
+                            (``modal/container_process.py:176``, ``wait``). The SDK's own
+                            deadline starts only once the start reply is back
+                            (``modal/sandbox/_common.py:1066``, ``exec_via_tcr``), so the
+                            worker's report usually wins that race and ``wait()`` returns 137
+                            rather than its deadline's -1 (``container_process.py:185``); both
+                            happen on Modal, and
                             :attr:`FakeModalServer.exec_start_delay` makes the worker win for sure.
 
 ``/__modal/.bin/modal-sandbox-fs-tools`` (what ``Sandbox.filesystem`` execs) is

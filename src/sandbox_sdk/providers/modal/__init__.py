@@ -4,8 +4,10 @@
 them out as :class:`ModalSandbox`; our labels are Modal sandbox *tags*.
 Credentials are the SDK's usual ones: ``MODAL_TOKEN_ID`` /
 ``MODAL_TOKEN_SECRET`` (or the active profile in ``~/.modal.toml``), and
-``MODAL_SERVER_URL`` picks the server. Lifetimes are in seconds, as Modal
-takes them: ``timeout`` (maximum lifetime) and ``idle_timeout``.
+``MODAL_SERVER_URL`` picks the server. Lifetimes follow the shared model:
+``ttl`` (Modal's ``timeout``, at most 24 hours) and ``idle_timeout``, in
+seconds. ``get_or_create(labels=...)`` names the sandbox after its labels
+(:func:`sandbox_name`), so concurrent callers share one.
 
 Platform limits worth knowing: all arguments of one exec are capped at 64
 KiB (so :attr:`ModalSandbox.max_command_bytes` is lower than the default);

@@ -58,12 +58,12 @@ def sandbox_name(labels: Mapping[str, str]) -> str:
     """The name ``get_or_create(labels=...)`` gives the sandbox it creates.
 
     Modal names are unique among an app's running sandboxes ("AlreadyExistsError: If
-    another running Sandbox in the App already holds the name", ``_experimental_set_name``
-    in ``modal/sandbox/_sandbox.py``), and free again once that sandbox ends
+    another running Sandbox in the App already holds the name", ``_experimental_set_name``,
+    ``modal/sandbox/_sandbox.py:764`` in modal 1.6.4), and free again once that sandbox ends
     (``from_name(include_terminated=True)`` returns "the most recent terminated" one of
-    a name), so one name per label set makes concurrent ``get_or_create`` calls agree.
-    A digest: names are at most 64 of ``[A-Za-z0-9-_.]`` (``is_valid_object_name`` in
-    ``modal/_utils/name_utils.py``), labels are not."""
+    a name, same file:554), so one name per label set makes concurrent ``get_or_create``
+    calls agree. A digest: names are at most 64 of ``[A-Za-z0-9-_.]``
+    (``modal/_utils/name_utils.py:26``), labels are not."""
     canonical = json.dumps(sorted(labels.items()), separators=(",", ":"))
     return f"sbx-{hashlib.sha256(canonical.encode()).hexdigest()[:56]}"
 
@@ -87,12 +87,12 @@ async def _list_page(client: Any, request: api_pb2.SandboxListRequest) -> api_pb
     """One page of Modal's sandbox listing, as the service sends it.
 
     ``modal.Sandbox.list`` keeps only each sandbox's id and drops the tags and creation
-    time the response carries (``_Sandbox._list`` in ``modal/sandbox/_sandbox.py``), which
+    time the response carries (``modal/sandbox/_sandbox.py:1459`` in modal 1.6.4), which
     would cost a tag request per sandbox, and it always starts at the newest, so a later
     page would re-walk the earlier ones. This is the request it makes
-    (``SandboxImplV2.list_page``: ``SandboxListV2``, with the auth token), reached through
-    the SDK's internals: the fake serves only ``SandboxListV2``, so an SDK that changes it
-    fails the tests at once."""
+    (``SandboxImplV2.list_page``, ``modal/sandbox/_impl_v2.py:246``: ``SandboxListV2`` with
+    the auth token), reached through the SDK's internals: the fake serves only
+    ``SandboxListV2``, so an SDK that changes it fails the tests at once."""
     return await SandboxImplV2.list_page(client, request)
 
 
