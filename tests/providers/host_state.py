@@ -13,8 +13,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import pytest
@@ -31,18 +32,29 @@ def state_dir(tmp_path: Path) -> Path:
     return tmp_path / "state"
 
 
+ProviderT = TypeVar("ProviderT", bound=HostStateProvider[Any])
+
+
+def deleting_all(provider: ProviderT) -> Iterator[ProviderT]:
+    """The provider, and afterwards every sandbox left in its state deleted
+    (which ends what runs in them, such as a bwrap sandbox's jail)."""
+    yield provider
+    for sandbox_id in provider.store.ids():
+        provider.delete(sandbox_id=sandbox_id)
+
+
 @pytest.fixture
-def provider(provider_class: ProviderClass, state_dir: Path) -> HostStateProvider[Any]:
+def provider(provider_class: ProviderClass, state_dir: Path) -> Iterator[HostStateProvider[Any]]:
     """A provider over a fresh state directory: a test sees only its own sandboxes."""
-    return provider_class(state_dir)
+    yield from deleting_all(provider_class(state_dir))
 
 
 @pytest.fixture(scope="module")
 def module_provider(
     provider_class: ProviderClass, tmp_path_factory: pytest.TempPathFactory
-) -> HostStateProvider[Any]:
+) -> Iterator[HostStateProvider[Any]]:
     """One provider for a module's class-scoped sandboxes."""
-    return provider_class(tmp_path_factory.mktemp(f"{provider_class.name}-state"))
+    yield from deleting_all(provider_class(tmp_path_factory.mktemp(f"{provider_class.name}-state")))
 
 
 def leftovers(provider: HostStateProvider[Any]) -> list[str]:
@@ -72,8 +84,10 @@ class HostStateLifecycleTests:
     ) -> None:
         monkeypatch.setenv("SANDBOX_SDK_HOME", str(tmp_path / "home"))
         name = provider_class.name
-        sandbox = provider_class().create()
+        provider = provider_class()
+        sandbox = provider.create()
         assert (tmp_path / "home" / name / "sandboxes" / sandbox.id / "meta.json").is_file()
+        provider.delete(sandbox_id=sandbox.id)
 
     def test_metadata_is_recorded(self, provider: HostStateProvider[Any]) -> None:
         sandbox = provider.create(labels={"thread": "t1"}, ttl=3600, idle_timeout=600)
@@ -198,6 +212,17 @@ class HostStateLifecycleTests:
         assert provider.reap() == [idle.id]
         assert [info.id for info in provider.iter_sandboxes()] == [keeper.id]
         assert provider.get_or_create(labels={"kind": "short"}).id != short.id
+
+    def test_a_handle_to_a_deleted_sandbox_raises_not_found(self, provider: HostStateProvider[Any]) -> None:
+        sandbox = provider.create()
+        sandbox.write("kept.txt", "x")
+        provider.delete(sandbox_id=sandbox.id)
+        with pytest.raises(errors.SandboxNotFoundError):
+            sandbox.execute("true")
+        with pytest.raises(errors.SandboxNotFoundError):
+            sandbox.read("kept.txt")
+        with pytest.raises(errors.SandboxNotFoundError):
+            provider.get(sandbox.id)
 
     def test_delete_removes_what_the_sandbox_made_unwritable(self, provider: HostStateProvider[Any]) -> None:
         sandbox = provider.create()

@@ -91,9 +91,13 @@ class SandboxRecord(BaseModel):
 
 def mark_used(sandbox_dir: Path) -> None:
     """Record a use now (the idle clock restarts; a missing usage file is
-    made again); a deleted sandbox is ignored."""
-    with contextlib.suppress(FileNotFoundError):
+    made again). A sandbox deleted meanwhile (its directory gone) is a
+    :class:`~sandbox_sdk.errors.SandboxNotFoundError`, so a handle to it
+    fails typed before running anything."""
+    try:
         (sandbox_dir / USAGE_FILE).touch()
+    except FileNotFoundError:
+        raise errors.SandboxNotFoundError(f"sandbox {sandbox_dir.name} was deleted") from None
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -260,8 +264,10 @@ class SandboxStore:
         finally:
             os.close(fd)  # releases the lock
 
-    def remove(self, sandbox_id: str) -> None:
-        """Idempotent: rename the directory away (atomic), then delete it."""
+    def remove(self, sandbox_id: str, release: Callable[[Path], None] | None = None) -> None:
+        """Idempotent: rename the directory away (atomic), let ``release``
+        stop what runs for the sandbox (given the renamed directory), then
+        delete it."""
         try:
             path = self.directory(sandbox_id)
         except errors.SandboxNotFoundError:
@@ -271,7 +277,11 @@ class SandboxStore:
             os.rename(path, trash)
         except FileNotFoundError:
             return
-        remove_tree(trash)
+        try:
+            if release is not None:
+                release(trash)
+        finally:
+            remove_tree(trash)
 
     @contextlib.contextmanager
     def label_lock(self, labels: Mapping[str, str]) -> Iterator[None]:
@@ -318,6 +328,10 @@ class HostStateProvider(SandboxProvider[SandboxT]):
         """Finish a new sandbox's directory; return the options to record."""
         return options
 
+    def _release(self, directory: Path) -> None:
+        """Stop whatever runs for a sandbox being removed (``directory`` is
+        its directory, already renamed away): nothing by default."""
+
     def _create(self, *, labels: dict[str, str], **options: Any) -> SandboxT:
         ttl, idle_timeout, setup = self._check_options(labels, options)
         sandbox_id = self.store.new_id()
@@ -339,7 +353,7 @@ class HostStateProvider(SandboxProvider[SandboxT]):
             if setup is not None:
                 run_setup(sandbox, setup)
         except BaseException:
-            self.store.remove(sandbox_id)
+            self.store.remove(sandbox_id, self._release)
             raise
         return sandbox
 
@@ -412,7 +426,7 @@ class HostStateProvider(SandboxProvider[SandboxT]):
         return items
 
     def _delete(self, sandbox_id: str) -> None:
-        self.store.remove(sandbox_id)
+        self.store.remove(sandbox_id, self._release)
 
     def _label_lock(self, labels: Mapping[str, str]) -> contextlib.AbstractContextManager[object]:
         return self.store.label_lock(labels)
@@ -435,7 +449,7 @@ class HostStateProvider(SandboxProvider[SandboxT]):
                 else:
                     if not self.store.is_expired(record, now):
                         return False
-                self.store.remove(sandbox_id)
+                self.store.remove(sandbox_id, self._release)
                 return True
         except errors.SandboxNotFoundError:
             return False

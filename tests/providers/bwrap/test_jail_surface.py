@@ -5,19 +5,21 @@ directories and nothing else of the state directory."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sandbox_sdk import errors
 from sandbox_sdk.providers.bwrap import BwrapProvider, BwrapSandbox, ResourceLimits
+from tests.providers.host_state import deleting_all
 
 MiB = 1024 * 1024
 
 
 @pytest.fixture
-def jails(tmp_path: Path) -> BwrapProvider:
-    return BwrapProvider(tmp_path / "state")
+def jails(tmp_path: Path) -> Iterator[BwrapProvider]:
+    yield from deleting_all(BwrapProvider(tmp_path / "state"))
 
 
 def test_shared_memory_is_usable_and_private(jails: BwrapProvider) -> None:
@@ -28,8 +30,8 @@ def test_shared_memory_is_usable_and_private(jails: BwrapProvider) -> None:
         sandbox.execute("stat -c %a /dev/shm; echo x > /dev/shm/mine && cat /dev/shm/mine").output
         == "1777\nx\n"
     )
-    assert other.execute("ls -A /dev/shm").output == ""  # each jail's own, gone with it
-    assert sandbox.execute("ls -A /dev/shm").output == ""
+    assert other.execute("ls -A /dev/shm").output == ""  # each jail's own
+    assert sandbox.execute("ls -A /dev/shm").output == "mine\n"  # kept while the sandbox's jail runs
     assert not Path("/dev/shm/mine").exists()
 
 

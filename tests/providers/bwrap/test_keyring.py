@@ -45,6 +45,7 @@ HOST = textwrap.dedent("""
     from pathlib import Path
     from sandbox_sdk.providers.bwrap import BwrapProvider, ResourceLimits
     from sandbox_sdk.providers.bwrap.sandbox import BASE_ENV, Jail, JailSettings
+    from sandbox_sdk.providers.bwrap._jail import Expiry, JailClient, stop_jail
     from sandbox_sdk.providers.bwrap._seccomp import syscall_number
     state, names, jail_script, kind = Path(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
     libc = ctypes.CDLL(None, use_errno=True)
@@ -55,15 +56,23 @@ HOST = textwrap.dedent("""
         jail = Jail()
         jail.as_root = False
         state.mkdir()
-        settings = JailSettings(state, state, BASE_ENV, ResourceLimits(), network=False)
-        def run(command):
-            return jail.run(command, settings, timeout=60, max_output_bytes=1 << 20).output
+        settings = JailSettings(state, state, ResourceLimits(), network=False)
+        def run(command, index):
+            client = JailClient(jail, settings, state / f"jail-{index}", Expiry())
+            try:
+                return client.run(command, (), env=BASE_ENV, timeout=60, max_output_bytes=1 << 20).output
+            finally:
+                stop_jail(client.directory)
     else:
         provider = BwrapProvider(state)
-        def run(command):
-            return provider.create().execute(command).output
+        def run(command, index):
+            sandbox = provider.create()
+            try:
+                return sandbox.execute(command).output
+            finally:
+                provider.delete(sandbox_id=sandbox.id)
     argv = ["python3", "-c", jail_script, str(keyctl), str(add_key)]
-    outputs = [json.loads(run(shlex.join([*argv, name]))) for name in names]
+    outputs = [json.loads(run(shlex.join([*argv, name]), index)) for index, name in enumerate(names)]
     buffer = ctypes.create_string_buffer(64)
     libc.syscall(keyctl, 11, key, buffer, 64)
     print(json.dumps({"jails": outputs, "host": buffer.value.decode()}))

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_sdk.providers.bwrap import BwrapProvider, BwrapSandbox, ResourceLimits
+from sandbox_sdk.providers.bwrap._jail import Expiry, JailClient, stop_jail
 from sandbox_sdk.providers.bwrap._seccomp import DENIED_SYSCALLS, denied_numbers, deny_filter, syscall_number
 from sandbox_sdk.providers.bwrap.sandbox import BASE_ENV, Jail, JailSettings
 
@@ -128,12 +129,16 @@ def test_an_unprivileged_jail_gets_the_filter_from_bwrap(tmp_path: Path) -> None
     PID 1) is checked here by building that jail as root."""
     jail = Jail()
     jail.as_root = False
-    settings = JailSettings(tmp_path, tmp_path, BASE_ENV, ResourceLimits(), network=False)
+    os.chmod(tmp_path, 0o777)
+    settings = JailSettings(tmp_path, tmp_path, ResourceLimits(), network=False)
+    client = JailClient(jail, settings, tmp_path / "jail", Expiry())
     command = "unshare -U true; grep -h '^Seccomp:' /proc/self/status /proc/1/status"
-    with jail.launch(command, settings) as (argv, pass_fds):
-        result = subprocess.run(argv, pass_fds=pass_fds, capture_output=True, text=True, check=False)
-    assert "unshare failed: Operation not permitted" in result.stderr
-    assert result.stdout == "Seccomp:\t2\n" * 2  # filtered, the command and PID 1 alike
+    try:
+        result = client.run(command, (), env=BASE_ENV, timeout=60, max_output_bytes=1 << 20)
+    finally:
+        stop_jail(client.directory)
+    assert "unshare failed: Operation not permitted" in result.output
+    assert result.output.count("Seccomp:\t2\n") == 2  # filtered, the command and PID 1 alike
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="an x32 call can only be made on x86_64")

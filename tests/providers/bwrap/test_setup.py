@@ -64,6 +64,8 @@ def test_per_sandbox_limits_and_network_are_recorded(tmp_path: Path) -> None:
     assert again.network is True
     assert provider.get(default.id).execute("ulimit -u").output.strip() == "100"
     assert provider.get(default.id).network is False
+    for sandbox in (default, custom):
+        provider.delete(sandbox_id=sandbox.id)
 
 
 def test_invalid_options_are_typed_errors(tmp_path: Path) -> None:

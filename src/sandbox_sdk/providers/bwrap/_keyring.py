@@ -45,8 +45,7 @@ def join_new_session_keyring() -> None:
 def in_new_session_keyring(run: Callable[[], T]) -> T:
     """``run()`` in a new thread with a new session keyring; what it returns
     or raises. Processes it starts inherit that keyring. The thread is a
-    daemon: if the caller is interrupted and exits, it does not wait for the
-    jail, which ``--die-with-parent`` then kills with the process."""
+    daemon: if the caller is interrupted and exits, it does not wait for it."""
     outcome: Future[T] = Future()
 
     def thread_main() -> None:

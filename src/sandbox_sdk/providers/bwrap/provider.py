@@ -10,10 +10,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from sandbox_sdk import errors
-from sandbox_sdk.provider_kit.host_state import WORKSPACE_DIR, HostStateProvider, SandboxRecord
+from sandbox_sdk.provider_kit.host_state import USAGE_FILE, WORKSPACE_DIR, HostStateProvider, SandboxRecord
+from sandbox_sdk.providers.bwrap._jail import Expiry, stop_jail
 from sandbox_sdk.providers.bwrap.sandbox import (
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_ROOT_SANDBOX_USER,
+    JAIL_DIR,
     TMP_DIR,
     BwrapSandbox,
     ResourceLimits,
@@ -83,6 +85,15 @@ class BwrapProvider(HostStateProvider[BwrapSandbox]):
             network=bool(record.options.get("network", False)),
             env=self.env,
             max_output_bytes=self.max_output_bytes,
-            usage_dir=directory,
+            state_dir=directory,
+            expiry=Expiry(
+                expires_at=None if record.ttl is None else record.created_at.timestamp() + record.ttl,
+                idle_timeout=record.idle_timeout,
+                usage_file=directory / USAGE_FILE,
+            ),
             **self.jail_settings,
         )
+
+    def _release(self, directory: Path) -> None:
+        """End the sandbox's jail, with every process in it."""
+        stop_jail(directory / JAIL_DIR)

@@ -6,23 +6,31 @@ import contextlib
 import functools
 import os
 import shutil
+import subprocess
 import tempfile
+import threading
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+import anyio
+import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
-from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script, run_process
+from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script
 from sandbox_sdk.provider_kit.host_state import mark_used
 from sandbox_sdk.providers.bwrap import _keyring, _seccomp
+from sandbox_sdk.providers.bwrap._jail import CANCEL_POLL_SECONDS, KILL_SECONDS, Expiry, JailClient, stop_jail
 
 #: Where the workspace appears inside the jail (and the working directory).
 WORKSPACE_PATH = "/workspace"
 TMP_DIR = "tmp"
+#: In a sandbox's state directory: its jail's socket, lock, pid and log.
+JAIL_DIR = "jail"
 DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 PROBE_OUTPUT_BYTES = 64 * 1024
 #: Host uid/gid the jail runs as when the SDK runs as root (``nobody``).
@@ -100,12 +108,13 @@ class ResourceLimits(BaseModel):
     timeout: float = Field(default=120.0, gt=0)
 
     def prlimit_args(self) -> list[str]:
-        """Hard and soft limits both (the jail cannot raise them back)."""
+        """Hard and soft limits both (the jail cannot raise them back).
+        ``cpu_seconds`` is not among them: the jail's server, whose CPU time
+        adds up over the sandbox's life, sets it on each command instead."""
         pairs = (
             ("--as", self.memory_bytes),
             ("--nproc", self.processes),
             ("--fsize", self.file_size_bytes),
-            ("--cpu", self.cpu_seconds),
             ("--nofile", self.open_files),
         )
         return [f"{flag}={value}" for flag, value in pairs if value is not None] + ["--core=0"]
@@ -177,11 +186,10 @@ def _shared_memory(limits: ResourceLimits) -> list[str]:
 
 
 class JailSettings(NamedTuple):
-    """What one sandbox's jails are made of."""
+    """What one sandbox's jail is made of."""
 
     workspace: Path
     tmp_dir: Path
-    env: Mapping[str, str]
     limits: ResourceLimits
     network: bool
 
@@ -192,13 +200,14 @@ class Jail:
     As an ordinary user, bwrap makes a user namespace for the jail (and
     forbids nested ones), which also makes ``RLIMIT_NPROC`` count only the
     jail's processes, and loads the seccomp filter (``_seccomp``) before the
-    command starts. The host's root (uid 0 not remapped by a container) is
-    exempt from ``RLIMIT_NPROC``, so as root bwrap mounts as root, then the
-    command drops to ``root_sandbox_user`` with no capabilities and
+    jail's server starts. The host's root (uid 0 not remapped by a container)
+    is exempt from ``RLIMIT_NPROC``, so as root bwrap mounts as root, then the
+    server drops to ``root_sandbox_user`` with no capabilities and
     ``no_new_privs``, enters a user namespace of its own, sets the limits and
     loads the filter, which from then on refuses new namespaces (so none can
     be nested to escape the limits); bwrap cannot load it, since it would
-    refuse that ``unshare`` too."""
+    refuse that ``unshare`` too. Every command the server starts inherits all
+    of it."""
 
     def __init__(
         self,
@@ -216,6 +225,8 @@ class Jail:
         self.as_root = os.geteuid() == 0 and is_initial_user_namespace()
         self.root_sandbox_user = root_sandbox_user
         self.prlimit = _tool("prlimit")
+        self.setsid = _tool("setsid")
+        self.python = _tool("python3", "python3")
         self.setpriv = _tool("setpriv") if self.as_root else ""
         self.unshare = _tool("unshare") if self.as_root else ""
         self.perl = _tool("perl", "perl-base") if self.as_root else ""
@@ -225,25 +236,47 @@ class Jail:
         ]
         self.seccomp_filter = _seccomp.deny_filter()
 
-    @contextlib.contextmanager
-    def launch(self, command: str, settings: JailSettings) -> Iterator[tuple[list[str], tuple[int, ...]]]:
-        """The argv that starts a jail running ``command``, and the
-        descriptors it must inherit: the seccomp filter's, and one bwrap
-        reads its options from, since they name host paths and the jail's
-        PID 1 is bwrap itself (its command line is in every ``ps``)."""
+    def start(
+        self,
+        settings: JailSettings,
+        server_args: Sequence[str],
+        info_fd: int,
+        pass_fds: Sequence[int],
+        log_fd: int,
+    ) -> None:
+        """Start a jail running the server with ``server_args``, detached
+        (``setsid --fork``: bwrap's parent is then init, not this process,
+        which it outlives), from a thread that has a session keyring of its
+        own (``_keyring``). bwrap writes its PID 1's host pid to ``info_fd``;
+        ``pass_fds`` reach the server; bwrap's and the server's stderr go to
+        ``log_fd``. bwrap reads its options from a descriptor, since they name
+        host paths and the jail's PID 1 is bwrap itself (its command line is
+        in every ``ps``); the server's source comes in one too."""
         with contextlib.ExitStack() as stack:
             filter_fd = stack.enter_context(_memory_file("sandbox-sdk-seccomp", self.seccomp_filter))
-            options = self.options(settings)
+            script_fd = stack.enter_context(_memory_file("sandbox-sdk-jail-server", _server_source()))
+            options = [*self.options(settings), "--info-fd", str(info_fd)]
             if not self.as_root:
                 options += ["--seccomp", str(filter_fd)]
             args_fd = stack.enter_context(_memory_file("sandbox-sdk-bwrap-args", _nul_separated(options)))
-            command_argv = self.command(command, settings.limits, filter_fd)
-            yield [self.bwrap, "--args", str(args_fd), "--", *command_argv], (filter_fd, args_fd)
+            server = [self.python, "-I", "-S", f"/dev/fd/{script_fd}", *server_args]
+            argv = [self.setsid, "--fork", self.bwrap, "--args", str(args_fd), "--"]
+            argv += self.command(server, settings.limits, filter_fd)
+            run = functools.partial(
+                subprocess.run,
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+                env={"PATH": PATH},
+                pass_fds=(*pass_fds, info_fd, filter_fd, script_fd, args_fd),
+                check=False,
+            )
+            _keyring.in_new_session_keyring(run)
 
     def options(self, settings: JailSettings) -> list[str]:
         """bwrap's options: namespaces, mounts, environment."""
         options = [
-            "--die-with-parent",
             "--new-session",
             "--unshare-pid",
             "--unshare-ipc",
@@ -270,68 +303,48 @@ class Jail:
             "--chdir", WORKSPACE_PATH,
             "--clearenv",
         ]  # fmt: skip
-        for key, value in settings.env.items():
+        for key, value in BASE_ENV.items():
             options += ["--setenv", key, value]
         return options
 
-    def command(self, command: str, limits: ResourceLimits, filter_fd: int) -> list[str]:
-        """What bwrap runs: the steps before ``bash -c command`` (as root,
-        the filter is loaded last, from ``filter_fd``)."""
+    def command(self, server: list[str], limits: ResourceLimits, filter_fd: int) -> list[str]:
+        """What bwrap runs: the steps before the ``server`` (as root, the
+        filter is loaded last, from ``filter_fd``)."""
         limited = [self.prlimit, *limits.prlimit_args(), "--"]
         if not self.as_root:
-            return [*limited, "bash", "-c", command]
+            return [*limited, *server]
         uid, gid = (str(n) for n in self.root_sandbox_user)
         return [
             *(self.setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs", "--"),
             *(self.unshare, "--user", f"--map-user={uid}", f"--map-group={gid}", "--"),
             *limited,
             *(self.perl, *_seccomp.loader_args(filter_fd)),
-            *("bash", "-c", command),
+            *server,
         ]
 
     def probe(self, scratch: Path) -> None:
-        """Start one jail; raise ``ProviderUnavailableError`` saying why not."""
+        """Start one jail and run a command in it; raise
+        ``ProviderUnavailableError`` saying why not."""
         workspace, tmp_dir = scratch / "workspace", scratch / "tmp"
         for directory in (workspace, tmp_dir):
             directory.mkdir(exist_ok=True)
             self.own(directory)
-        settings = JailSettings(workspace, tmp_dir, BASE_ENV, ResourceLimits(), network=False)
+        settings = JailSettings(workspace, tmp_dir, ResourceLimits(), network=False)
+        client = JailClient(self, settings, scratch / JAIL_DIR, Expiry())
         try:
-            result = self.run("exit 0", settings, timeout=60, max_output_bytes=PROBE_OUTPUT_BYTES)
+            result = client.run("exit 0", (), env=BASE_ENV, timeout=60, max_output_bytes=PROBE_OUTPUT_BYTES)
         except OSError as exc:
             raise errors.ProviderUnavailableError(
                 f"bubblewrap could not be started: {exc}. {INSTALL_HINT}"
             ) from exc
-        if result.timed_out:
-            raise errors.ProviderUnavailableError(f"bubblewrap did not start a jail in 60 s. {INSTALL_HINT}")
+        except errors.SandboxError as exc:
+            raise errors.ProviderUnavailableError(f"{NAMESPACE_HINT} (bwrap said: {exc})") from exc
+        finally:
+            stop_jail(scratch / JAIL_DIR)
         if result.exit_code != 0:
             raise errors.ProviderUnavailableError(
                 f"{NAMESPACE_HINT} (bwrap said: {result.output.strip() or result.exit_code})"
             )
-
-    def run(
-        self,
-        command: str,
-        settings: JailSettings,
-        *,
-        timeout: float,
-        max_output_bytes: int,
-        pass_fds: tuple[int, ...] = (),
-    ) -> ExecuteResponse:
-        """Run ``command`` in a new jail, started from a thread that has a
-        session keyring of its own (``_keyring``); ``pass_fds`` are
-        inherited by the command too."""
-        with self.launch(command, settings) as (argv, jail_fds):
-            run = functools.partial(
-                run_process,
-                argv,
-                cwd=None,
-                env={"PATH": PATH},
-                timeout=timeout,
-                max_output_bytes=max_output_bytes,
-                pass_fds=(*pass_fds, *jail_fds),
-            )
-            return _keyring.in_new_session_keyring(run)
 
     def own(self, directory: Path) -> None:
         """Make a directory the jail writes to belong to the user it runs as."""
@@ -357,12 +370,16 @@ def checked_jail(
 
 
 class BwrapSandbox(BaseSandbox):
-    """Runs each command in a fresh bubblewrap jail over ``workspace``.
+    """Runs each command in the sandbox's bubblewrap jail over ``workspace``.
 
-    ``tmp_dir`` is mounted as the jail's ``/tmp`` (it persists between
-    commands, as file operations that stage data there need). Both must be
-    writable by the user the jail runs as (``root_sandbox_user`` under root).
-    Usually obtained from :class:`BwrapProvider`.
+    ``tmp_dir`` is mounted as the jail's ``/tmp``. Both must be writable by
+    the user the jail runs as (``root_sandbox_user`` under root). The jail is
+    started on first use and kept running (background processes live on in
+    it, see docs/bwrap.md); its socket and records are in ``state_dir/jail``
+    (``state_dir`` also holds the ``last-used`` file each command touches).
+    Usually obtained from :class:`BwrapProvider`, whose ``delete`` and
+    ``reap`` end the jail; one made without a ``state_dir`` keeps its jail
+    in a temporary directory, ended when the object is collected.
 
     Commands longer than one argument reach the jail's bash through an
     in-memory file it inherits, so a round trip carries up to 4 MiB."""
@@ -382,39 +399,83 @@ class BwrapSandbox(BaseSandbox):
         bwrap: str | None = None,
         root_sandbox_user: tuple[int, int] = DEFAULT_ROOT_SANDBOX_USER,
         extra_ro_binds: Sequence[str] = (),
-        usage_dir: Path | None = None,
+        state_dir: Path | None = None,
+        expiry: Expiry | None = None,
     ) -> None:
         self.workspace = Path(workspace).resolve()
         self.tmp_dir = Path(tmp_dir).resolve()
         for directory in (self.workspace, self.tmp_dir):
             if not directory.is_dir():
                 raise NotADirectoryError(f"not a directory: {directory}")
-        self.jail = checked_jail(bwrap, tuple(root_sandbox_user), tuple(extra_ro_binds))
+        jail = checked_jail(bwrap, tuple(root_sandbox_user), tuple(extra_ro_binds))
         self._id = sandbox_id or f"bwrap-{self.workspace.name}"
         self.limits = limits or ResourceLimits()
         self.network = network
         self.env = {**BASE_ENV, **(env or {})}
         self.max_output_bytes = max_output_bytes
-        self.usage_dir = usage_dir
+        self.state_dir = state_dir
+        if state_dir is None:
+            jail_dir = Path(tempfile.mkdtemp(prefix="sandbox-sdk-bwrap-jail-"))
+            weakref.finalize(self, _discard_jail, jail_dir)
+        else:
+            jail_dir = state_dir / JAIL_DIR
+        settings = JailSettings(self.workspace, self.tmp_dir, self.limits, self.network)
+        self.jail = JailClient(jail, settings, jail_dir, expiry or Expiry())
 
     @property
     def id(self) -> str:
         return self._id
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        return self._execute(command, timeout, None)
+
+    async def aexecute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        """In a worker thread, like the default; a cancellation kills the
+        command's group before it propagates."""
+        cancelled = threading.Event()
+        finished = threading.Event()
+
+        def run() -> ExecuteResponse:
+            try:
+                return self._execute(command, timeout, cancelled)
+            finally:
+                finished.set()
+
+        try:
+            return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            cancelled.set()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(finished.wait, KILL_SECONDS + CANCEL_POLL_SECONDS)
+            raise
+
+    def _execute(
+        self, command: str, timeout: float | None, cancelled: threading.Event | None
+    ) -> ExecuteResponse:
         if not isinstance(command, str):
             raise errors.InvalidArgumentError("command must be a str")
-        if self.usage_dir is not None:
-            mark_used(self.usage_dir)
-        settings = JailSettings(self.workspace, self.tmp_dir, self.env, self.limits, self.network)
+        if self.state_dir is not None:
+            mark_used(self.state_dir)
         with bash_script(command) as (script, script_fds):
             return self.jail.run(
                 script,
-                settings,
+                script_fds,
+                env=self.env,
                 timeout=self.limits.timeout if timeout is None else timeout,
                 max_output_bytes=self.max_output_bytes,
-                pass_fds=script_fds,
+                cancelled=cancelled,
             )
 
     def __repr__(self) -> str:
         return f"BwrapSandbox({str(self.workspace)!r}, id={self.id!r}, network={self.network})"
+
+
+def _discard_jail(jail_dir: Path) -> None:
+    stop_jail(jail_dir)
+    shutil.rmtree(jail_dir, ignore_errors=True)
+
+
+@functools.cache
+def _server_source() -> bytes:
+    """The jail server's source, run by the jail's ``python3``."""
+    return Path(__file__).with_name("_jail_server.py").read_bytes()

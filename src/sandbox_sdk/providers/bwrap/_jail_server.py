@@ -1,0 +1,293 @@
+"""The server inside a sandbox's long-lived bubblewrap jail (stdlib only,
+Python 3.8+; it runs with the host's ``python3`` as the jail's one command).
+
+It accepts connections on a listening unix socket it inherits (the socket
+file lives in the sandbox's host state directory, which the jail cannot see;
+only this descriptor reaches in), one command per connection, and runs each
+as ``bash -c`` in a new session, so in a process group of its own. Wire
+format, all integers big-endian:
+
+* request: a 4-byte length and that many bytes of JSON ``{"command",
+  "env", "timeout", "max_output", "fds"}``; descriptors the command inherits
+  (a long command's in-memory file) travel with it as ``SCM_RIGHTS``, and
+  ``fds`` says which number the command expects each under.
+* reply: frames of a type byte and a 4-byte length: ``o`` output (stdout and
+  stderr merged, at most ``max_output`` bytes in all), then one ``x`` whose
+  JSON is ``{"exit_code", "timed_out", "truncated"}``.
+* a ``k`` from the client, or its hang-up, kills the command's group (the
+  ``x`` frame then follows a ``k``).
+
+When the command exits, output is still collected for ``DRAIN_SECONDS``
+from what it left running, and what it left in its process group has as long
+to end or leave the group; then the group is killed. A process that left the
+group (``setsid``) keeps running until the jail ends. At the
+timeout the group is killed and the exit code is 124. A signal death reads
+128 + N.
+
+The server ends the jail by killing every other process in it (bwrap's PID 1,
+which stays while it has any, then exits, and the kernel tears the PID
+namespace down) and exiting: at the sandbox's expiry, known from
+its TTL deadline and the host's last-used file (an inherited read-only
+descriptor, read with ``fstat``: its mtime is the last use, and a link count
+of 0 means the sandbox's directory is gone). The host ends it by killing
+bwrap's PID 1; a client that finds the server gone does so before it starts a
+new jail.
+
+Arguments: LISTEN_FD CPU_SECONDS EXPIRES_AT IDLE_TIMEOUT USAGE_FD, ``-`` for
+none. ``CPU_SECONDS`` is set on each command (soft and hard, by bash's
+``ulimit -t`` before the command), not on the server, whose CPU time adds up
+over the sandbox's life.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
+
+HEADER = struct.Struct(">I")
+FRAME = struct.Struct(">cI")
+READ_BYTES = 1 << 20
+MAX_REQUEST_BYTES = 1 << 20
+MAX_FDS = 8
+DRAIN_SECONDS = 0.2
+POLL_SECONDS = 0.05
+SETTLE_POLL_SECONDS = 0.01
+TIMEOUT_EXIT_CODE = 124
+EXPIRY_CHECK_SECONDS = 2.0
+#: Each connection is served by a thread; a small stack keeps the server's
+#: address space (under the jail's ``memory_bytes`` limit) small.
+THREAD_STACK_BYTES = 256 * 1024
+PR_SET_DUMPABLE = 4
+
+
+def receive_request(conn: socket.socket) -> Tuple[Dict[str, Any], List[int]]:
+    """The request and the descriptors sent with it."""
+    fds: List[int] = []
+    data = b""
+    need = HEADER.size
+    while len(data) < need:
+        chunk, ancdata, _flags, _addr = conn.recvmsg(
+            min(need - len(data), READ_BYTES), socket.CMSG_SPACE(MAX_FDS * 4)
+        )
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                received = array.array("i")
+                received.frombytes(payload[: len(payload) - len(payload) % 4])
+                fds.extend(received)
+        if not chunk:
+            raise EOFError("the client hung up before its request was complete")
+        data += chunk
+        if len(data) == HEADER.size and need == HEADER.size:
+            (length,) = HEADER.unpack(data)
+            if length > MAX_REQUEST_BYTES:
+                raise ValueError("request too large")
+            need += length
+    return json.loads(data[HEADER.size :].decode("utf-8")), fds
+
+
+def send_frame(conn: socket.socket, kind: bytes, payload: bytes) -> None:
+    conn.sendall(FRAME.pack(kind, len(payload)) + payload)
+
+
+def settle_group(pgid: int, until: float) -> None:
+    """Wait (until ``until`` at most) for the rest of a process group to end
+    or leave it: ``cmd &`` returns before ``cmd`` is started, so a
+    ``setsid`` may be under way when the command itself exits."""
+    while time.monotonic() < until:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(SETTLE_POLL_SECONDS)
+
+
+def kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+class Server:
+    def __init__(self, cpu_seconds: Optional[int]) -> None:
+        # bash's own ulimit sets soft and hard limit before the command runs
+        # (no extra exec; a preexec_fn would be unsafe with threads)
+        self.setup = [] if cpu_seconds is None else ["ulimit -t {}".format(cpu_seconds)]
+
+    def serve(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                request, fds = receive_request(conn)
+            except (OSError, EOFError, ValueError) as exc:
+                print("jail server: a request was not received:", repr(exc), file=sys.stderr, flush=True)
+                return
+            # each descriptor arrives under a new number: bash moves it to the
+            # one the command names before anything else runs (on the same
+            # line, so bash's line numbers in messages stay the command's)
+            setup = self.setup + [
+                "exec {}<&{} {}<&-".format(wanted, got, got)
+                for wanted, got in zip(request["fds"], fds)  # noqa: B905 - strict= needs Python 3.10
+                if wanted != got
+            ]
+            command = "".join(step + "; " for step in setup) + request["command"]
+            try:
+                proc = subprocess.Popen(
+                    ["bash", "-c", command],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    env=request["env"],
+                    start_new_session=True,
+                    pass_fds=fds,
+                )
+            except OSError as exc:
+                message = "cannot start bash: {}\n".format(exc).encode()
+                self.reply(conn, message, {"exit_code": 127, "timed_out": False, "truncated": False})
+                return
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            try:
+                self.relay(conn, proc, float(request["timeout"]), int(request["max_output"]))
+            except OSError:
+                pass  # the client went away: nothing to answer
+            finally:
+                kill_group(proc.pid)
+                if proc.stdout is not None:
+                    proc.stdout.close()
+                proc.wait()
+
+    def reply(self, conn: socket.socket, output: bytes, status: Dict[str, Any]) -> None:
+        try:
+            if output:
+                send_frame(conn, b"o", output)
+            send_frame(conn, b"x", json.dumps(status).encode())
+        except OSError:
+            pass
+
+    def relay(
+        self, conn: socket.socket, proc: subprocess.Popen[bytes], timeout: float, max_output: int
+    ) -> None:
+        """Stream the command's output until it ends, times out or the client
+        cancels; then report how it ended."""
+        assert proc.stdout is not None
+        pipe = proc.stdout.fileno()
+        room = max_output
+        truncated = timed_out = cancelled = False
+        deadline = time.monotonic() + timeout
+        drain_until: Optional[float] = None
+        with selectors.DefaultSelector() as selector:
+            selector.register(pipe, selectors.EVENT_READ, "pipe")
+            selector.register(conn, selectors.EVENT_READ, "client")
+            while True:
+                now = time.monotonic()
+                if drain_until is None and proc.poll() is not None:
+                    drain_until = now + DRAIN_SECONDS
+                limit = deadline if drain_until is None else min(deadline, drain_until)
+                if now >= limit:
+                    timed_out = proc.poll() is None
+                    break
+                events = selector.select(min(limit - now, POLL_SECONDS))
+                if any(key.data == "client" for key, _ in events):
+                    if conn.recv(1) == b"k":
+                        cancelled = True
+                        break
+                    raise ConnectionResetError("the client hung up")
+                if not events:
+                    continue
+                block = os.read(pipe, READ_BYTES)
+                if not block:  # every holder of the pipe closed it
+                    break
+                if len(block) > room:
+                    truncated = True
+                    block = block[:room]
+                if block:
+                    room -= len(block)
+                    send_frame(conn, b"o", block)
+        if not (timed_out or cancelled):
+            # the pipe can close long before the command ends (``exec >log``)
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+        if timed_out or cancelled:
+            kill_group(proc.pid)
+        code = proc.wait()
+        settle_group(proc.pid, min(deadline, time.monotonic() + DRAIN_SECONDS))
+        kill_group(proc.pid)
+        exit_code = TIMEOUT_EXIT_CODE if timed_out else (128 - code if code < 0 else code)
+        self.reply(conn, b"", {"exit_code": exit_code, "timed_out": timed_out, "truncated": truncated})
+
+
+def expired(expires_at: Optional[float], idle_timeout: Optional[float], usage_fd: Optional[int]) -> bool:
+    """Past the TTL deadline, idle too long, or removed (the usage file has
+    no name left: the sandbox's directory was deleted by whatever means)."""
+    now = time.time()
+    if expires_at is not None and now >= expires_at:
+        return True
+    if usage_fd is None:
+        return False
+    usage = os.fstat(usage_fd)
+    return usage.st_nlink == 0 or (idle_timeout is not None and now - usage.st_mtime >= idle_timeout)
+
+
+def watch_expiry(expires_at: Optional[float], idle_timeout: Optional[float], usage_fd: Optional[int]) -> None:
+    """Ends the jail once the sandbox has expired: every other process of the
+    jail is killed (bwrap's PID 1 ends once it has none left), then this one."""
+    while not expired(expires_at, idle_timeout, usage_fd):
+        time.sleep(EXPIRY_CHECK_SECONDS)
+    os.kill(-1, signal.SIGKILL)
+    os._exit(0)
+
+
+def make_undumpable() -> None:
+    """No process of the jail may trace this one or open its descriptors
+    through ``/proc`` (the listening socket, the usage file)."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def optional(text: str, kind: Any) -> Any:
+    return None if text == "-" else kind(text)
+
+
+def main(argv: List[str]) -> None:
+    listen_fd = int(argv[0])
+    cpu_seconds = optional(argv[1], int)
+    expires_at = optional(argv[2], float)
+    idle_timeout = optional(argv[3], float)
+    usage_fd = optional(argv[4], int)
+    make_undumpable()
+    threading.stack_size(THREAD_STACK_BYTES)
+    if expires_at is not None or usage_fd is not None:
+        threading.Thread(target=watch_expiry, args=(expires_at, idle_timeout, usage_fd), daemon=True).start()
+    server = Server(cpu_seconds)
+    listener = socket.socket(fileno=listen_fd)
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:  # out of descriptors, say: the next accept may succeed
+            time.sleep(POLL_SECONDS)
+            continue
+        try:
+            threading.Thread(target=server.serve, args=(conn,), daemon=True).start()
+        except RuntimeError as exc:  # no thread to be had (the process limit): that client is refused
+            print("jail server: a client was refused:", repr(exc), file=sys.stderr, flush=True)
+            conn.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,236 @@
+"""The long-lived jail of a bubblewrap sandbox: what a command leaves running
+outlives ``execute`` (if it left the command's process group), every client
+process reaches the same jail, commands run concurrently, a dead jail is
+started again, and delete, reap and expiry end it with everything in it.
+Real jails, real processes, observed from the host through the jail's PID
+namespace."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import anyio
+import pytest
+
+from sandbox_sdk import errors
+from sandbox_sdk.providers.bwrap import BwrapProvider, BwrapSandbox
+
+#: Generous: the machine running the tests is shared and loaded.
+PATIENCE = 20.0
+#: Prints the page the sandbox's own HTTP server (on its loopback) serves.
+HTTP = (
+    'python3 -c "import urllib.request as r; '
+    "print(r.urlopen('http://127.0.0.1:8765/page.txt').read().decode(), end='')\""
+)
+
+
+def jail_pid(provider: BwrapProvider, sandbox: BwrapSandbox) -> int:
+    """Host pid of the sandbox's jail's PID 1, as the provider recorded it."""
+    record = provider.store.sandboxes_dir / sandbox.id / "jail" / "pid"
+    return int(record.read_text().split()[0])
+
+
+def namespace_of(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/pid")
+
+
+def processes_in(namespace: str) -> list[int]:
+    """Host pids of the live (not zombie) processes of a PID namespace."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.readlink(f"/proc/{name}/ns/pid") != namespace:
+                    continue
+                with open(f"/proc/{name}/stat") as stat:
+                    state = stat.read().rpartition(")")[2].split()[0]
+            except (OSError, IndexError):
+                continue  # exited meanwhile
+            if state != "Z":
+                found.append(int(name))
+    return found
+
+
+def eventually(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def shell(sandbox: BwrapSandbox, command: str) -> str:
+    result = sandbox.execute(command, timeout=PATIENCE)
+    assert result.exit_code == 0, result
+    return result.output
+
+
+@pytest.fixture
+def sandbox(provider: BwrapProvider) -> BwrapSandbox:
+    return provider.create()
+
+
+def start_http_server(sandbox: BwrapSandbox) -> None:
+    shell(sandbox, "echo served > page.txt")
+    shell(sandbox, "setsid nohup python3 -m http.server 8765 --bind 127.0.0.1 >/tmp/http.log 2>&1 &")
+
+
+def test_a_background_server_outlives_execute_and_answers_later(sandbox: BwrapSandbox) -> None:
+    start_http_server(sandbox)
+    eventually(lambda: sandbox.execute(HTTP).output == "served\n", "the server never answered")
+    shell(sandbox, "echo changed > page.txt")  # a later command's files are the server's too
+    assert sandbox.execute(HTTP).output == "changed\n"
+
+
+def test_the_commands_own_group_ends_with_it(provider: BwrapProvider, sandbox: BwrapSandbox) -> None:
+    """A plain background job is in the command's group: killed when the
+    command returns, and at its timeout; a ``setsid`` process is not."""
+    result = sandbox.execute("(sleep 2; echo alive > job) & setsid sh -c 'sleep 2; echo alive > daemon' &")
+    assert result.exit_code == 0
+    result = sandbox.execute("(sleep 2; echo alive > job2) & sleep 60", timeout=1)
+    assert result.timed_out and result.exit_code == 124
+    eventually(lambda: sandbox.execute("cat daemon").output == "alive\n", "the setsid process was killed")
+    assert sandbox.execute("ls job job2").exit_code != 0
+    namespace = namespace_of(jail_pid(provider, sandbox))
+    # bwrap's PID 1 and the server: nothing of the commands (the daemon is ending)
+    eventually(lambda: len(processes_in(namespace)) == 2, "a command left processes")
+
+
+def test_exit_statuses(sandbox: BwrapSandbox) -> None:
+    statuses = {"exit 3": 3, "kill -TERM $$": 128 + 15, "kill -KILL $$": 128 + 9, "true": 0}
+    for command, status in statuses.items():
+        assert sandbox.execute(command).exit_code == status, command
+
+
+def test_another_process_reaches_the_same_jail(provider: BwrapProvider, sandbox: BwrapSandbox) -> None:
+    start_http_server(sandbox)
+    eventually(lambda: sandbox.execute(HTTP).output == "served\n", "the server never answered")
+    own_namespace = shell(sandbox, "readlink /proc/self/ns/pid")
+    code = f"""
+        from sandbox_sdk.providers.bwrap import BwrapProvider
+        sandbox = BwrapProvider({str(provider.store.state_dir)!r}).get({sandbox.id!r})
+        print(sandbox.execute("readlink /proc/self/ns/pid").output, end="")
+        print(sandbox.execute({HTTP!r}).output, end="")
+    """
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout == own_namespace + "served\n"
+
+
+def test_concurrent_commands_run_at_once(sandbox: BwrapSandbox) -> None:
+    """Each waits (inside the sandbox) until all have started: that ends only
+    if they run at the same time."""
+    count = 8
+    barrier = (
+        f"touch started.$0; n=0; while [ $(ls started.* | wc -l) -lt {count} ] && [ $n -lt 400 ]; "
+        "do sleep 0.05; n=$((n+1)); done; echo $0 $(ls started.* | wc -l)"
+    )
+
+    def run(index: int) -> str:
+        return sandbox.execute(f"bash -c '{barrier}' {index}", timeout=60).output
+
+    with ThreadPoolExecutor(count) as pool:
+        outputs = list(pool.map(run, range(count)))
+    assert outputs == [f"{index} {count}\n" for index in range(count)]
+
+
+def test_a_killed_jail_is_started_again(provider: BwrapProvider, sandbox: BwrapSandbox) -> None:
+    shell(sandbox, "setsid sleep 600 &")
+    first = jail_pid(provider, sandbox)
+    namespace = namespace_of(first)
+    os.kill(first, signal.SIGKILL)
+    eventually(lambda: processes_in(namespace) == [], "the killed jail left processes")
+    assert shell(sandbox, "echo again") == "again\n"
+    assert jail_pid(provider, sandbox) != first
+    assert shell(sandbox, "pgrep -c sleep || true") == "0\n"
+
+
+def test_a_jail_whose_server_dies_mid_command_fails_that_command_only(sandbox: BwrapSandbox) -> None:
+    with pytest.raises(errors.SandboxRuntimeError, match="jail ended"):
+        sandbox.execute("kill -9 $PPID; sleep 5")
+    assert shell(sandbox, "echo recovered") == "recovered\n"
+
+
+def test_delete_ends_the_jail_and_everything_in_it(provider: BwrapProvider, sandbox: BwrapSandbox) -> None:
+    shell(sandbox, "setsid sh -c 'while :; do sleep 0.1; done' >/dev/null 2>&1 &")
+    namespace = namespace_of(jail_pid(provider, sandbox))
+    assert len(processes_in(namespace)) >= 3
+    provider.delete(sandbox_id=sandbox.id)
+    assert processes_in(namespace) == []  # delete waited for the jail to end
+    with pytest.raises(errors.SandboxNotFoundError):
+        sandbox.execute("true")
+
+
+def test_reap_and_expiry_end_the_jail(provider: BwrapProvider) -> None:
+    reaped = provider.create(ttl=60)
+    expiring = provider.create(idle_timeout=2)
+    for sandbox in (reaped, expiring):
+        shell(sandbox, "setsid sleep 600 >/dev/null 2>&1 &")
+    reaped_namespace = namespace_of(jail_pid(provider, reaped))
+    expiring_namespace = namespace_of(jail_pid(provider, expiring))
+    # reaping: the record says it expired (created an hour ago)
+    meta = provider.store.sandboxes_dir / reaped.id / "meta.json"
+    meta.write_text(meta.read_text().replace('"ttl": 60.0', '"ttl": 0.001'))
+    assert reaped.id in provider.reap()
+    assert processes_in(reaped_namespace) == []
+    # expiry: nobody reaps, the jail ends by itself once idle for 2 s
+    eventually(lambda: processes_in(expiring_namespace) == [], "the expired jail still runs")
+
+
+async def test_a_cancelled_command_is_killed_before_the_cancellation_returns(sandbox: BwrapSandbox) -> None:
+    with anyio.move_on_after(1) as scope:
+        await sandbox.aexecute("echo $$ > pid; sleep 30; echo late > late", timeout=60)
+    assert scope.cancelled_caught
+    pid = shell(sandbox, "cat pid").strip()
+    assert sandbox.execute(f"kill -0 {pid}").exit_code != 0  # already gone
+    assert sandbox.execute("ls late").exit_code != 0
+
+
+def test_ctrl_c_kills_the_command_before_execute_raises(
+    provider: BwrapProvider, sandbox: BwrapSandbox
+) -> None:
+    code = f"""
+        from sandbox_sdk.providers.bwrap import BwrapProvider
+        sandbox = BwrapProvider({str(provider.store.state_dir)!r}).get({sandbox.id!r})
+        try:
+            sandbox.execute("echo $$ > pid; sleep 30; echo late > late", timeout=60)
+        except KeyboardInterrupt:
+            print("interrupted")
+    """
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True)
+    eventually((sandbox.workspace / "pid").exists, "the command never started")
+    child.send_signal(signal.SIGINT)
+    out, _ = child.communicate(timeout=60)
+    assert out == "interrupted\n"
+    pid = shell(sandbox, "cat pid").strip()
+    assert sandbox.execute(f"kill -0 {pid}").exit_code != 0
+    assert sandbox.execute("ls late").exit_code != 0
+
+
+def test_a_sandbox_made_without_a_provider_ends_its_jail_when_collected(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(workspace, 0o777)
+    sandbox = BwrapSandbox(workspace, tmp_dir=workspace)
+    shell(sandbox, "setsid sleep 600 >/dev/null 2>&1 &")
+    jail_dir = sandbox.jail.directory
+    namespace = namespace_of(int((jail_dir / "pid").read_text().split()[0]))
+    del sandbox
+    gc.collect()
+    assert processes_in(namespace) == []
+    assert not jail_dir.exists()
