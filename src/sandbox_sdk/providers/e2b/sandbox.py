@@ -18,7 +18,7 @@ import posixpath
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Generic, TypeVar
@@ -489,9 +489,9 @@ class E2BSandbox(BaseSandbox):
         self.lifetime = lifetime
         self.deadline = deadline
         self._keep_alive_lock = threading.Lock()
-        self._keep_alive = self._restart_keep_alive()
+        self._keep_alive = self._first_keep_alive()
 
-    def _restart_keep_alive(self) -> KeepAlive | None:
+    def _first_keep_alive(self) -> KeepAlive | None:
         """A keep-alive whose first extension is one interval from now."""
         if self.lifetime is None:
             return None
@@ -508,13 +508,19 @@ class E2BSandbox(BaseSandbox):
         seconds = self.lifetime.timeout(time.time())
         return None if seconds is None else SetTimeout(seconds)
 
-    def _extended(self, extension: SetTimeout) -> None:
+    @contextlib.contextmanager
+    def _extending(self, extension: SetTimeout) -> Iterator[None]:
+        """Around the keep-alive call: its errors typed; on success the deadline
+        moves, on failure the next call tries again rather than an interval later."""
+        try:
+            with extension.errors():
+                yield
+        except errors.SandboxError:
+            with self._keep_alive_lock:
+                assert self.lifetime is not None
+                self._keep_alive = KeepAlive(self.lifetime.interval)
+            raise
         self.deadline = time.time() + extension.seconds
-
-    def _extension_failed(self) -> None:
-        """Try again on the next call rather than an interval later."""
-        with self._keep_alive_lock:
-            self._keep_alive = KeepAlive(self._keep_alive.interval) if self._keep_alive else None
 
     @property
     def id(self) -> str:
@@ -545,13 +551,8 @@ class E2BSandbox(BaseSandbox):
         if not isinstance(request, SdkCall):
             return super()._perform(request)
         if (extension := self._extension()) is not None:
-            try:
-                with extension.errors():
-                    extension.call(self.sdk_sandbox)
-            except errors.SandboxError:
-                self._extension_failed()
-                raise
-            self._extended(extension)
+            with self._extending(extension):
+                extension.call(self.sdk_sandbox)
         with request.errors():
             return request.call(self.sdk_sandbox)
 
@@ -559,13 +560,8 @@ class E2BSandbox(BaseSandbox):
         if not isinstance(request, SdkCall):
             return await super()._aperform(request)
         if (extension := self._extension()) is not None:
-            try:
-                with extension.errors():
-                    await extension.call(self.sdk_async_sandbox)
-            except errors.SandboxError:
-                self._extension_failed()
-                raise
-            self._extended(extension)
+            with self._extending(extension):
+                await extension.call(self.sdk_async_sandbox)
         with request.errors():
             return await request.call(self.sdk_async_sandbox)
 
