@@ -78,7 +78,7 @@ def test_download_dir_never_packs_its_own_archive(
     tree.mkdir()
     (tree / "a.txt").write_text("a")
     monkeypatch.setattr(BaseSandbox, "scratch_dir", str(tree))
-    assert local.download_dir("tree", tmp_path / "back") == 1
+    assert local.download_dir("tree", tmp_path / "back").entries == 1
     assert sorted(p.name for p in (tmp_path / "back").iterdir()) == ["a.txt"]
     assert sorted(p.name for p in tree.iterdir()) == ["a.txt"]
 

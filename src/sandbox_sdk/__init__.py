@@ -31,6 +31,7 @@ from sandbox_sdk.errors import (
 )
 from sandbox_sdk.models import (
     DirectoryListing,
+    DirectoryTransferResult,
     EditResult,
     ExecuteResponse,
     FileDownloadResponse,
@@ -52,6 +53,7 @@ __all__ = [
     "BaseSandbox",
     "DirectoryListing",
     "DirectoryNotEmptyError",
+    "DirectoryTransferResult",
     "EditAmbiguousError",
     "EditNoMatchError",
     "EditResult",

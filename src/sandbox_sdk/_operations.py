@@ -57,6 +57,7 @@ from sandbox_sdk._core import (
 )
 from sandbox_sdk._kernel import can_clean_up
 from sandbox_sdk.models import (
+    DirectoryTransferResult,
     EditResult,
     ExecuteResponse,
     FileDownloadResponse,
@@ -69,7 +70,7 @@ from sandbox_sdk.models import (
 )
 from sandbox_sdk.transfer import Progress, TransferResults, UploadSource
 from sandbox_sdk.transfer._batch import download_files, upload_files
-from sandbox_sdk.transfer._directories import download_dir, upload_dir
+from sandbox_sdk.transfer._directories import SymlinkPolicy, download_dir, upload_dir
 from sandbox_sdk.transfer._download import download, download_to
 from sandbox_sdk.transfer._sources import Tally
 from sandbox_sdk.transfer._staging import COMMIT_REFUSED, discard, remove_staged, stage
@@ -315,23 +316,43 @@ class SandboxOperations(SandboxCore):
         return download_to(self, check_path(remote_path), dest, tally=Tally(progress), what=what)
 
     def _op_upload_dir(
-        self, local_dir: str | os.PathLike[str], remote_dir: PathArg, *, progress: Progress | None = None
-    ) -> Operation[int]:
+        self,
+        local_dir: str | os.PathLike[str],
+        remote_dir: PathArg,
+        *,
+        exclude: Sequence[str] = (),
+        symlinks: SymlinkPolicy = "skip",
+        progress: Progress | None = None,
+    ) -> Operation[DirectoryTransferResult]:
         """Copy a local directory tree (files, empty folders, symlinks, modes)
-        into ``remote_dir``, creating it; returns the number of entries.
+        into ``remote_dir``, creating it; returns the entries copied and the
+        symlinks skipped.
 
-        The tree travels as one tar archive; the sandbox refuses members that
-        would land outside ``remote_dir`` before extracting anything."""
-        return upload_dir(self, local_dir, remote_dir, progress)
+        ``exclude``: glob patterns matched against each name in a path and the
+        whole relative path (``[".git", "__pycache__", ".venv"]``). A symlink
+        pointing outside the tree (``.venv/bin/python -> /usr/bin/python3``)
+        is left out and listed in ``skipped`` (``symlinks="skip"``), fails the
+        upload (``"refuse"``), or is replaced by a copy of the file it points
+        to (``"copy-inside"``). The tree travels as one tar archive; the
+        sandbox refuses members that would land outside ``remote_dir``
+        before extracting anything."""
+        return upload_dir(self, local_dir, remote_dir, progress, exclude=exclude, symlinks=symlinks)
 
     def _op_download_dir(
-        self, remote_dir: PathArg, local_dir: str | os.PathLike[str], *, progress: Progress | None = None
-    ) -> Operation[int]:
+        self,
+        remote_dir: PathArg,
+        local_dir: str | os.PathLike[str],
+        *,
+        exclude: Sequence[str] = (),
+        symlinks: SymlinkPolicy = "skip",
+        progress: Progress | None = None,
+    ) -> Operation[DirectoryTransferResult]:
         """Copy a sandbox directory tree into ``local_dir`` (created if needed);
-        returns the number of entries. Members that would land outside
-        ``local_dir`` (``..``, absolute names, links pointing out) are refused
-        before anything is written."""
-        return download_dir(self, remote_dir, local_dir, progress)
+        returns the entries copied and the symlinks skipped. ``exclude`` and
+        ``symlinks`` as for :meth:`upload_dir`, applied in the sandbox. Members
+        that would land outside ``local_dir`` (``..``, absolute names, links
+        pointing out) are refused before anything is written."""
+        return download_dir(self, remote_dir, local_dir, progress, exclude=exclude, symlinks=symlinks)
 
 
 def _run_args(command: bytes, cwd: PathArg | None, env: Mapping[str, str] | None) -> dict[str, Any]:

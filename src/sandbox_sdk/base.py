@@ -11,12 +11,13 @@ prefixed ``a``, from the operations declared in ``sandbox_sdk._operations``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import BinaryIO
 
 from sandbox_sdk._core import PathArg
 from sandbox_sdk._operations import DEFAULT_MAX_READ_BYTES, SandboxOperations
 from sandbox_sdk.models import (
+    DirectoryTransferResult,
     EditResult,
     ExecuteResponse,
     FileDownloadResponse,
@@ -28,6 +29,7 @@ from sandbox_sdk.models import (
     WriteResult,
 )
 from sandbox_sdk.transfer import Progress, TransferResults, UploadSource
+from sandbox_sdk.transfer._directories import SymlinkPolicy
 
 
 class BaseSandbox(SandboxOperations):
@@ -298,37 +300,83 @@ class BaseSandbox(SandboxOperations):
         return await self._adrive(self._op_download_file(remote_path, dest, progress=progress))
 
     def upload_dir(
-        self, local_dir: str | os.PathLike[str], remote_dir: PathArg, *, progress: Progress | None = None
-    ) -> int:
+        self,
+        local_dir: str | os.PathLike[str],
+        remote_dir: PathArg,
+        *,
+        exclude: Sequence[str] = (),
+        symlinks: SymlinkPolicy = "skip",
+        progress: Progress | None = None,
+    ) -> DirectoryTransferResult:
         """Copy a local directory tree (files, empty folders, symlinks, modes)
-        into ``remote_dir``, creating it; returns the number of entries.
+        into ``remote_dir``, creating it; returns the entries copied and the
+        symlinks skipped.
 
-        The tree travels as one tar archive; the sandbox refuses members that
-        would land outside ``remote_dir`` before extracting anything."""
-        return self._drive(self._op_upload_dir(local_dir, remote_dir, progress=progress))
+        ``exclude``: glob patterns matched against each name in a path and the
+        whole relative path (``[".git", "__pycache__", ".venv"]``). A symlink
+        pointing outside the tree (``.venv/bin/python -> /usr/bin/python3``)
+        is left out and listed in ``skipped`` (``symlinks="skip"``), fails the
+        upload (``"refuse"``), or is replaced by a copy of the file it points
+        to (``"copy-inside"``). The tree travels as one tar archive; the
+        sandbox refuses members that would land outside ``remote_dir``
+        before extracting anything."""
+        return self._drive(
+            self._op_upload_dir(local_dir, remote_dir, exclude=exclude, symlinks=symlinks, progress=progress)
+        )
 
     async def aupload_dir(
-        self, local_dir: str | os.PathLike[str], remote_dir: PathArg, *, progress: Progress | None = None
-    ) -> int:
+        self,
+        local_dir: str | os.PathLike[str],
+        remote_dir: PathArg,
+        *,
+        exclude: Sequence[str] = (),
+        symlinks: SymlinkPolicy = "skip",
+        progress: Progress | None = None,
+    ) -> DirectoryTransferResult:
         """Async twin of :meth:`upload_dir`: copy a local directory tree (files,
         empty folders, symlinks, modes) into ``remote_dir``, creating it;
-        returns the number of entries."""
-        return await self._adrive(self._op_upload_dir(local_dir, remote_dir, progress=progress))
+        returns the entries copied and the symlinks skipped."""
+        return await self._adrive(
+            self._op_upload_dir(local_dir, remote_dir, exclude=exclude, symlinks=symlinks, progress=progress)
+        )
 
     def download_dir(
-        self, remote_dir: PathArg, local_dir: str | os.PathLike[str], *, progress: Progress | None = None
-    ) -> int:
+        self,
+        remote_dir: PathArg,
+        local_dir: str | os.PathLike[str],
+        *,
+        exclude: Sequence[str] = (),
+        symlinks: SymlinkPolicy = "skip",
+        progress: Progress | None = None,
+    ) -> DirectoryTransferResult:
         """Copy a sandbox directory tree into ``local_dir`` (created if needed);
-        returns the number of entries. Members that would land outside
-        ``local_dir`` (``..``, absolute names, links pointing out) are refused
-        before anything is written."""
-        return self._drive(self._op_download_dir(remote_dir, local_dir, progress=progress))
+        returns the entries copied and the symlinks skipped. ``exclude`` and
+        ``symlinks`` as for :meth:`upload_dir`, applied in the sandbox. Members
+        that would land outside ``local_dir`` (``..``, absolute names, links
+        pointing out) are refused before anything is written."""
+        return self._drive(
+            self._op_download_dir(
+                remote_dir, local_dir, exclude=exclude, symlinks=symlinks, progress=progress
+            )
+        )
 
     async def adownload_dir(
-        self, remote_dir: PathArg, local_dir: str | os.PathLike[str], *, progress: Progress | None = None
-    ) -> int:
+        self,
+        remote_dir: PathArg,
+        local_dir: str | os.PathLike[str],
+        *,
+        exclude: Sequence[str] = (),
+        symlinks: SymlinkPolicy = "skip",
+        progress: Progress | None = None,
+    ) -> DirectoryTransferResult:
         """Async twin of :meth:`download_dir`: copy a sandbox directory tree into
-        ``local_dir`` (created if needed); returns the number of entries.
-        Members that would land outside ``local_dir`` (``..``, absolute names,
-        links pointing out) are refused before anything is written."""
-        return await self._adrive(self._op_download_dir(remote_dir, local_dir, progress=progress))
+        ``local_dir`` (created if needed); returns the entries copied and the
+        symlinks skipped. ``exclude`` and ``symlinks`` as for
+        :meth:`upload_dir`, applied in the sandbox. Members that would land
+        outside ``local_dir`` (``..``, absolute names, links pointing out) are
+        refused before anything is written."""
+        return await self._adrive(
+            self._op_download_dir(
+                remote_dir, local_dir, exclude=exclude, symlinks=symlinks, progress=progress
+            )
+        )

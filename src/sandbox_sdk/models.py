@@ -103,6 +103,16 @@ class FileDownloadResponse(_Model):
     error: TransferError | None = None
 
 
+class DirectoryTransferResult(_Model):
+    """What ``upload_dir`` / ``download_dir`` moved."""
+
+    entries: int = Field(description="members of the tree's archive: files, directories and links")
+    skipped: list[str] = Field(
+        default_factory=list,
+        description="symlinks pointing outside the tree that were left out (paths relative to it)",
+    )
+
+
 class SandboxInfo(_Model):
     id: str
     labels: dict[str, str] = Field(default_factory=dict)

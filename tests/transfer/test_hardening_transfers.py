@@ -64,7 +64,7 @@ def test_download_dir_retries_removing_its_archive(local: LocalSandbox, tmp_path
     last = calls_of_download_dir(local, tmp_path)
     sandbox = FaultySandbox(local, fault=Fault.RAISE, fail_at=last, **LIMITS)
     sandbox.scratch_dir = local.scratch_dir
-    assert sandbox.download_dir("tree", tmp_path / "back") == 3
+    assert sandbox.download_dir("tree", tmp_path / "back").entries == 3
     assert sandbox.injected and scratch(local) == []
 
 

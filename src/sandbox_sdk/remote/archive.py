@@ -16,6 +16,8 @@ import tarfile
 from sandbox_sdk.remote._runtime import (
     TYPE_CHECKING,
     Fail,
+    b64,
+    compile_glob,
     file_sha256,
     open_regular,
     path_arg,
@@ -32,9 +34,83 @@ if TYPE_CHECKING:
 
     class CreateReply(TypedDict):
         size: int  # of the archive
+        skipped: List[str]  # symlinks left out (payload-encoded names), see TreeFilter
 
     class ExtractReply(TypedDict):
         members: int
+
+
+#: What to do with a symlink that points outside the tree being packed.
+SYMLINK_POLICIES = ("skip", "refuse", "copy-inside")
+
+
+class TreeFilter:
+    """Chooses the members of a tree's archive, on either side (the client
+    packs an upload with it, the sandbox a download).
+
+    ``exclude``: glob patterns (as ``glob`` reads them: ``*``, ``?`` and
+    ``[...]`` never match ``/``), each matched against every name in a
+    member's path and against the whole relative path, so ``.git``
+    leaves out every ``.git`` directory with its contents and ``build/*.o``
+    those object files. ``symlinks`` decides a link that points outside the
+    tree (absolute, or leaving it through ``..`` or another link): ``skip``
+    leaves it out and lists it in ``skipped``, ``refuse`` fails the whole
+    transfer, ``copy-inside`` packs a copy of the regular file it points to
+    in its place (one to a directory or to nothing is skipped). Links that
+    stay inside the tree are always kept as links."""
+
+    def __init__(self, root: str, exclude: List[str], symlinks: str, leave_out: str = "") -> None:
+        if symlinks not in SYMLINK_POLICIES:
+            raise Fail("INVALID_ARGUMENT", "symlinks must be one of %s" % ", ".join(SYMLINK_POLICIES))
+        self.root = os.path.realpath(root)
+        self.exclude = [compile_glob(os.fsencode(pattern)) for pattern in exclude]
+        self.symlinks = symlinks
+        self.leave_out = leave_out  # a member name never packed (the archive itself)
+        self.skipped: List[str] = []
+        self.copies: List[str] = []
+
+    def __call__(self, member: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
+        name = member_name(member)
+        if name == self.leave_out or self.excluded(name):
+            return None
+        if member.issym() and self.escapes(name, member):
+            if self.symlinks == "refuse":
+                raise Fail(
+                    "INVALID_PATH", "symlink points outside the tree: %r -> %r" % (name, member.linkname)
+                )
+            if self.symlinks == "copy-inside" and os.path.isfile(os.path.join(self.root, name)):
+                self.copies.append(name)
+            else:
+                self.skipped.append(name)
+            return None
+        return member
+
+    def excluded(self, name: str) -> bool:
+        raw = os.fsencode(name)
+        candidates = [raw, *raw.split(b"/")]
+        return any(pattern.match(candidate) for pattern in self.exclude for candidate in candidates)
+
+    def escapes(self, name: str, member: tarfile.TarInfo) -> bool:
+        try:
+            resolve_link(self.root, set(), name.split("/")[:-1], member)
+        except Fail:
+            return True
+        return False
+
+    def pack(self, tar: tarfile.TarFile) -> None:
+        """Add the tree's entries to ``tar``, then the copies ``copy-inside`` chose."""
+        for name in sorted(os.listdir(self.root)):
+            tar.add(os.path.join(self.root, name), arcname=name, filter=self)
+        for name in self.copies:
+            source = os.path.realpath(os.path.join(self.root, name))
+            with open(source, "rb") as content:
+                tar.addfile(tar.gettarinfo(source, arcname=name, fileobj=content), content)
+
+
+def tree_filter(args: Args, root: str, leave_out: str = "") -> TreeFilter:
+    """The :class:`TreeFilter` a ``create`` call's arguments ask for."""
+    exclude = [os.fsdecode(unb64(pattern)) for pattern in args.get("exclude", [])]
+    return TreeFilter(root, exclude, args.get("symlinks", "refuse"), leave_out)
 
 
 def create(args: Args, blobs: Blobs) -> Tuple[CreateReply, Blobs]:
@@ -43,22 +119,19 @@ def create(args: Args, blobs: Blobs) -> Tuple[CreateReply, Blobs]:
     if not os.path.isdir(root):
         os.stat(root)
         raise Fail("NOT_DIRECTORY", "not a directory", root)
-    fd = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    sweep_stale(os.path.dirname(archive), os.fstat(fd).st_mtime)
     # The archive may lie inside the tree (say, a download of /tmp): never pack it into itself.
     own_name = os.fsdecode(os.path.relpath(os.path.realpath(archive), os.path.realpath(root)))
-
-    def not_itself(member: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
-        return None if member.name == own_name else member
-
+    select = tree_filter(args, os.fsdecode(root), own_name)
+    fd = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    sweep_stale(os.path.dirname(archive), os.fstat(fd).st_mtime)
     try:
         with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for name in sorted(os.listdir(root)):
-                tar.add(os.fsdecode(os.path.join(root, name)), arcname=os.fsdecode(name), filter=not_itself)
+            select.pack(tar)
     except BaseException:
         remove_quietly(archive)
         raise
-    return {"size": os.stat(archive).st_size}, []
+    skipped = [b64(os.fsencode(name)) for name in select.skipped]
+    return {"size": os.stat(archive).st_size, "skipped": skipped}, []
 
 
 def inside(root: str, path: str) -> bool:

@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Literal
 
 from sandbox_sdk import errors, protocol
 from sandbox_sdk._calls import ARCHIVE_EXTRACTED, CREATE_ARCHIVE, EXTRACT_ARCHIVE
 from sandbox_sdk._core import CLEANUP_TIMEOUT, Operation, PathArg, SandboxCore, check_path, scratch_path
 from sandbox_sdk._kernel import can_clean_up
+from sandbox_sdk.models import DirectoryTransferResult
 from sandbox_sdk.remote import archive as remote_archive
 from sandbox_sdk.remote._runtime import Fail, file_sha256
 from sandbox_sdk.transfer._download import download
@@ -27,21 +29,41 @@ from sandbox_sdk.transfer._staging import COMMIT_REFUSED, discard, remove_staged
 
 #: Directory archives are spooled in memory up to this size, then to disk.
 SPOOL_BYTES = 8 * 1024 * 1024
+#: What ``upload_dir`` / ``download_dir`` do with a symlink pointing outside the tree.
+SymlinkPolicy = Literal["skip", "refuse", "copy-inside"]
+
+
+def check_selection(exclude: Sequence[str], symlinks: object) -> list[str]:
+    """``exclude`` as a list of patterns, after checking both arguments."""
+    if isinstance(exclude, str) or not all(isinstance(p, str) and p for p in exclude):
+        raise errors.InvalidArgumentError("exclude must be a list of non-empty glob patterns (str)")
+    if symlinks not in remote_archive.SYMLINK_POLICIES:
+        policies = ", ".join(map(repr, remote_archive.SYMLINK_POLICIES))
+        raise errors.InvalidArgumentError(f"symlinks must be one of {policies}, not {symlinks!r}")
+    return list(exclude)
 
 
 def upload_dir(
-    sandbox: SandboxCore, local_dir: str | os.PathLike[str], remote_dir: PathArg, progress: Progress | None
-) -> Operation[int]:
-    """Copy a local tree into ``remote_dir``; returns the number of entries."""
+    sandbox: SandboxCore,
+    local_dir: str | os.PathLike[str],
+    remote_dir: PathArg,
+    progress: Progress | None,
+    *,
+    exclude: Sequence[str],
+    symlinks: SymlinkPolicy,
+) -> Operation[DirectoryTransferResult]:
+    """Copy a local tree into ``remote_dir``; returns what was copied and skipped."""
     root = Path(local_dir)
+    select = remote_archive.TreeFilter(os.fspath(root), check_selection(exclude, symlinks), symlinks)
     if not root.is_dir():
         raise errors.SandboxNotADirectoryError(f"not a local directory: {root}", path=str(root))
     args = {"archive": scratch_path(sandbox, "upload", ".tar"), "path": check_path(remote_dir)}
     with tempfile.SpooledTemporaryFile(SPOOL_BYTES) as spool:
-        size = _pack(root, spool)
+        size = _pack(select, spool)
         try:
             yield from stage(sandbox, args["archive"], spool, tally=Tally(progress, size))
-            return (yield from _extract(args, spool, what=f"upload_dir to {os.fsdecode(remote_dir)!r}"))
+            entries = yield from _extract(args, spool, what=f"upload_dir to {os.fsdecode(remote_dir)!r}")
+            return DirectoryTransferResult(entries=entries, skipped=select.skipped)
         except BaseException as exc:
             # The extract script removes the archive itself, but a call
             # that failed may never have run it, or lost the reply of
@@ -97,26 +119,39 @@ def _extracted(args: dict[str, str], members: list[tuple[str, str, str]]) -> Ope
     return value["landed"] is True
 
 
-def _pack(root: Path, spool: IO[bytes]) -> int:
-    """Write the tree below ``root`` into ``spool`` as a tar archive; returns
-    its size, with ``spool`` rewound."""
-    with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for child in sorted(root.iterdir()):
-            tar.add(child, arcname=child.name)
+def _pack(select: remote_archive.TreeFilter, spool: IO[bytes]) -> int:
+    """Write the tree ``select`` chooses into ``spool`` as a tar archive;
+    returns its size, with ``spool`` rewound."""
+    try:
+        with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            select.pack(tar)
+    except Fail as exc:
+        raise errors.InvalidPathError(f"refusing the tree: {exc.message}") from None
     size = spool.tell()
     spool.seek(0)
     return size
 
 
 def download_dir(
-    sandbox: SandboxCore, remote_dir: PathArg, local_dir: str | os.PathLike[str], progress: Progress | None
-) -> Operation[int]:
-    """Copy a sandbox tree into ``local_dir``; returns the number of entries."""
+    sandbox: SandboxCore,
+    remote_dir: PathArg,
+    local_dir: str | os.PathLike[str],
+    progress: Progress | None,
+    *,
+    exclude: Sequence[str],
+    symlinks: SymlinkPolicy,
+) -> Operation[DirectoryTransferResult]:
+    """Copy a sandbox tree into ``local_dir``; returns what was copied and skipped."""
     what = f"download_dir {os.fsdecode(remote_dir)!r}"
     archive = scratch_path(sandbox, "download", ".tar")
-    create = CREATE_ARCHIVE({"archive": archive, "path": check_path(remote_dir)}, what=what)
+    args = {
+        "archive": archive,
+        "path": check_path(remote_dir),
+        "exclude": [protocol.encode_path(pattern) for pattern in check_selection(exclude, symlinks)],
+        "symlinks": symlinks,
+    }
     try:
-        yield from create
+        created, _ = yield from CREATE_ARCHIVE(args, what=what)
         with tempfile.SpooledTemporaryFile(SPOOL_BYTES) as spool:
             yield from download(sandbox, archive, spool, max_size=None, tally=Tally(progress), what=what)
             spool.seek(0)
@@ -127,7 +162,8 @@ def download_dir(
             yield from discard([archive])
         raise
     yield from remove_staged(archive, what=what)
-    return count
+    skipped = [protocol.decode_path(name) for name in created["skipped"]]
+    return DirectoryTransferResult(entries=count, skipped=skipped)
 
 
 def safe_extract(archive: IO[bytes], dest: Path) -> int:
