@@ -230,6 +230,15 @@ def available_providers() -> builtins.list[str]:
     return sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
 
 
+def install_hint(name: str) -> str:
+    """How to install what provider ``name`` needs: the ``pip install`` line of
+    the extra named after it in the distribution that registers it."""
+    for point in entry_points(group=ENTRY_POINT_GROUP, name=name):
+        if point.dist is not None and name in (point.dist.metadata.get_all("Provides-Extra") or []):
+            return f"pip install '{point.dist.name}[{name}]'"
+    return f"install the package that provides the {name!r} provider"
+
+
 @overload
 def get_provider(name: Literal["bwrap"], **config: Any) -> BwrapProvider: ...
 @overload
@@ -264,7 +273,7 @@ def get_provider(name: str | None = None, **config: Any) -> SandboxProvider[Any]
         factory = matches[0].load()
     except ImportError as exc:
         raise errors.ProviderUnavailableError(
-            f"provider {name!r} is registered but cannot be imported ({exc}); is its extra installed?"
+            f"provider {name!r} is registered but cannot be imported ({exc}): {install_hint(name)}"
         ) from exc
     provider = factory(**config)
     if not isinstance(provider, SandboxProvider):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 import threading
@@ -188,6 +189,16 @@ def test_shell_reads_lines_and_keeps_the_directory(sbx: Sbx, sandbox: str) -> No
     assert sbx("shell", sandbox, stdin="true\nexit 3\necho never\n", check=False).returncode == 3
 
 
+def test_shell_on_a_terminal_prompts_with_the_directory(sbx: Sbx, sandbox: str) -> None:
+    status, drawn = run_on_a_terminal(
+        sbx, "shell", sandbox, typed="mkdir -p sub\ncd sub\necho made\nexit 5\n"
+    )
+    assert status == 5
+    assert f"{sandbox}:~$ " in drawn
+    assert re.search(rf"{sandbox}:/\S*/sub\$ ", drawn)  # the prompt after cd
+    assert re.search(r"\nmade\r?\n", drawn)  # the output, not the echo of "echo made"
+
+
 # -- cp and ls --------------------------------------------------------------------------
 
 
@@ -237,17 +248,20 @@ def test_ls_lists_a_directory(sbx: Sbx, sandbox: str) -> None:
 # -- progress bars ----------------------------------------------------------------------
 
 
-def run_on_a_terminal(sbx: Sbx, *args: str | Path) -> tuple[int, str]:
-    """``sbx`` with its stderr on a pseudo-terminal: its status and what it drew there."""
+def run_on_a_terminal(sbx: Sbx, *args: str | Path, typed: str | None = None) -> tuple[int, str]:
+    """``sbx`` with its stderr on a pseudo-terminal (and its stdin and stdout
+    too when ``typed`` is given, typed ahead): its status and what it drew there."""
     leader, follower = pty.openpty()
     process = subprocess.Popen(
         [SBX, *map(str, args)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL if typed is None else follower,
+        stdout=subprocess.DEVNULL if typed is None else follower,
         stderr=follower,
         env={**sbx.environment(), "TERM": "xterm", "COLUMNS": "120"},
     )
     os.close(follower)
+    if typed is not None:
+        os.write(leader, typed.encode())
     drawn = bytearray()
 
     def read() -> None:

@@ -16,7 +16,6 @@ import stat
 import sys
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from importlib.metadata import entry_points
 from typing import Any
 
 import click
@@ -35,13 +34,9 @@ from sandbox_sdk import (
 )
 from sandbox_sdk.cli._copy import copy
 from sandbox_sdk.cli._shell import run_shell
-from sandbox_sdk.provider import ENTRY_POINT_GROUP
+from sandbox_sdk.provider import DEFAULT_PROVIDER, PROVIDER_ENV, install_hint
 from sandbox_sdk.provider_kit.host_state import HostStateProvider
 
-#: Names the provider when ``--provider`` is not given.
-PROVIDER_ENV = "SANDBOX_SDK_PROVIDER"
-#: The embedded default: isolated, local, no daemon.
-DEFAULT_PROVIDER = "bwrap"
 #: ``ls`` shows each entry's type as ``stat.filemode`` does.
 TYPE_BITS = {"file": stat.S_IFREG, "dir": stat.S_IFDIR, "symlink": stat.S_IFLNK, "other": 0}
 
@@ -143,14 +138,6 @@ def probe(name: str) -> tuple[str, str]:
         return "unavailable", str(exc)
     provider.close()
     return "available", ""
-
-
-def install_hint(name: str) -> str:
-    """The ``pip install`` line for the extra of the distribution that registered ``name``."""
-    for point in entry_points(group=ENTRY_POINT_GROUP, name=name):
-        if point.dist is not None and name in (point.dist.metadata.get_all("Provides-Extra") or []):
-            return f"pip install '{point.dist.name}[{name}]'"
-    return f"install the package that provides the {name!r} provider"
 
 
 @cli.command()
