@@ -128,3 +128,25 @@ async def test_async_operations_use_the_native_async_client(
     await aprovider.adelete(sandbox_id=sandbox.id)
     with pytest.raises(errors.SandboxNotFoundError):
         await sandbox.aexecute("true")
+
+
+STATUS_COMMANDS = {"exit 3": 3, "kill -TERM $$": 143, "kill -KILL $$": 137, "sleep 5 & kill -TERM $$": 143}
+
+
+@pytest.mark.parametrize("server", ["daytona_server", "legacy_daytona_server"])
+async def test_exit_status_is_128_plus_the_signal_on_both_daemons(
+    request: pytest.FixtureRequest, server: str
+) -> None:
+    """Older daemons exec the command themselves and report -1 for a signal death (Go's
+    ``ExitCode()``); the wrapper's extra shell turns it into 128+N on both, sync and async."""
+    provider = make_provider(request.getfixturevalue(server))
+    try:
+        sandbox = await provider.acreate()
+        for command, status in STATUS_COMMANDS.items():
+            assert sandbox.execute(command).exit_code == status, command
+            assert (await sandbox.aexecute(command)).exit_code == status, command
+        timed_out = await sandbox.aexecute("sleep 30", timeout=1)
+        assert (timed_out.exit_code, timed_out.timed_out) == (124, True)
+        await provider.adelete(sandbox.id)
+    finally:
+        await provider.aclose()

@@ -199,10 +199,13 @@ class DaytonaSandbox(BaseSandbox):
     """A Daytona sandbox. Commands run through ``process.exec``; ``upload_files``
     and ``download_files`` move bytes through the daemon's bulk file API.
 
-    Each command is wrapped as ``<shell> -c <quoted command> <shell> </dev/null``:
-    recent daemons feed the command text to a shell on stdin (so the command
-    would otherwise read the rest of that stdin), older ones split it on spaces
-    and exec it without a shell; the wrapped form means the same to both.
+    Each command runs as ``<shell> -c '<shell> -c "$1" <shell> </dev/null; exit $?'
+    <shell> <quoted command>``: recent daemons feed the command text to a shell
+    on stdin (so the command would otherwise read the rest of that stdin),
+    older ones split it on spaces and exec it without a shell; the wrapped
+    form means the same to both. The command's shell is a child of another
+    shell on both, so a command killed by signal N exits 128+N (an older
+    daemon reports -1 for a process it started that died of a signal).
 
     Timeouts are whole seconds on the wire (rounded up). A timed-out command
     returns ``timed_out=True``, exit code 124 and no output: the daemon kills
@@ -322,7 +325,8 @@ class DaytonaSandbox(BaseSandbox):
     def _wrap(self, command: str) -> str:
         if not isinstance(command, str):
             raise errors.InvalidArgumentError("command must be a str")
-        return f"{self.shell} -c {shlex.quote(command)} {self.shell} </dev/null"
+        runner = f'{self.shell} -c "$1" {self.shell} </dev/null; exit $?'
+        return f"{self.shell} -c {shlex.quote(runner)} {self.shell} {shlex.quote(command)}"
 
     def _wire_timeout(self, timeout: float | None) -> int:
         seconds = self.timeout if timeout is None else timeout
