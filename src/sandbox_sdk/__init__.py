@@ -46,6 +46,7 @@ from sandbox_sdk.models import (
     WriteResult,
 )
 from sandbox_sdk.provider import SandboxProvider, available_providers, get_provider
+from sandbox_sdk.providers.bwrap import ResourceLimits
 from sandbox_sdk.transfer import TransferResults
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "ProviderUnavailableError",
     "RateLimitedError",
     "ReadResult",
+    "ResourceLimits",
     "SandboxError",
     "SandboxFileExistsError",
     "SandboxFileNotFoundError",

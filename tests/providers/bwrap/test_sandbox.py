@@ -6,9 +6,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from sandbox_sdk import BaseSandbox
+from sandbox_sdk import BaseSandbox, ResourceLimits
 from sandbox_sdk.providers.bwrap import BwrapProvider
 from sandbox_sdk.testing import SandboxConformanceTests, provided_sandbox
+
+GiB = 1024**3
 
 
 class TestBwrapSandbox(SandboxConformanceTests):
@@ -16,3 +18,23 @@ class TestBwrapSandbox(SandboxConformanceTests):
     @classmethod
     def sandbox(cls, module_provider: BwrapProvider) -> Iterator[BaseSandbox]:
         yield from provided_sandbox(module_provider, "conformance")
+
+
+#: Reserve address space as a JVM does (heap plus 1 GiB of class space), never touching it.
+RESERVE = (
+    "python3 -c 'import mmap, sys; "
+    "mmap.mmap(-1, int(sys.argv[1]), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ); "
+    'print("reserved")\' {}'
+)
+
+
+def test_default_limits_let_a_runtime_reserve_what_a_jvm_does(module_provider: BwrapProvider) -> None:
+    """The old 2 GiB address-space default stopped the JVM at start-up ("Could
+    not allocate compressed class space"); the limit still holds beyond 8 GiB."""
+    assert ResourceLimits().memory_bytes == 8 * GiB
+    with module_provider.create() as sandbox:
+        assert sandbox.execute(RESERVE.format(5 * GiB)).output == "reserved\n"
+        beyond = sandbox.execute(RESERVE.format(9 * GiB))
+        assert beyond.exit_code == 1 and "Cannot allocate memory" in beyond.output
+    with module_provider.create(limits=ResourceLimits(memory_bytes=2 * GiB)) as small:
+        assert "Cannot allocate memory" in small.execute(RESERVE.format(3 * GiB)).output

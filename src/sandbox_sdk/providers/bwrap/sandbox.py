@@ -96,11 +96,16 @@ class ResourceLimits(BaseModel):
     rlimit counted in the jail's own user namespace, see docs/bwrap.md), so
     the memory of a jail is at most ``processes * memory_bytes``.
     ``timeout`` is the default wall-clock limit, after which every process of
-    the jail is killed."""
+    the jail is killed.
+
+    ``memory_bytes`` limits address space, which runtimes reserve far beyond
+    what they use: a JVM reserves 1 GiB of class space and sizes its heap to
+    half the limit (under 4 GiB it does not start), so the default, 8 GiB,
+    runs Java, Node, Go and Python as they come (docs/bwrap.md)."""
 
     model_config = ConfigDict(frozen=True)
 
-    memory_bytes: int | None = Field(default=2 * 1024**3, gt=0)
+    memory_bytes: int | None = Field(default=8 * 1024**3, gt=0)
     processes: int | None = Field(default=256, gt=0)
     file_size_bytes: int | None = Field(default=1024**3, gt=0)
     cpu_seconds: int | None = Field(default=600, gt=0)
