@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+import itertools
 import os
 import platform
 import random
@@ -54,6 +55,8 @@ MIB = 1024 * 1024
 COMMAND_BYTES = BaseSandbox.max_command_bytes
 OUTPUT_BYTES = BaseSandbox.max_output_bytes
 GREP_WORD = "needle_in_the_haystack"
+#: Numbers for fresh file names, across rounds and tables.
+FRESH = itertools.count()
 
 
 @dataclass
@@ -211,7 +214,7 @@ def expect(condition: bool, what: str) -> None:
 
 
 def op_write(side: Side, i: int) -> None:
-    path = f"w/{side.name}-{i}.txt"
+    path = f"w/{side.name}-{next(FRESH)}.txt"
     if side.name == "ours":
         side.sandbox.write(path, "x" * 1024)
     else:
@@ -265,7 +268,8 @@ def op_grep(side: Side, i: int) -> None:
 
 
 def op_small_up(side: Side, i: int) -> Callable[[], None]:
-    files = [(f"up/s{i}-{side.name}-{n:03d}", (side.name + str(n)).encode() * 100) for n in range(100)]
+    batch = next(FRESH)
+    files = [(f"up/s{batch}-{side.name}-{n:03d}", (side.name + str(n)).encode() * 100) for n in range(100)]
     if side.name == "ours":
         responses = side.sandbox.upload_files(files)
     else:

@@ -19,8 +19,11 @@ The operation's name picks the module that runs it.
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import posixpath
+import secrets
+import shlex
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Mapping, Sequence
@@ -40,7 +43,7 @@ if TYPE_CHECKING:
     from sandbox_sdk.remote.grep import GrepReply
     from sandbox_sdk.remote.ls import LsReply
     from sandbox_sdk.remote.read import ReadReply
-    from sandbox_sdk.remote.write import LandedReply, PutManyReply, SettledReply, SizeReply
+    from sandbox_sdk.remote.write import LandedReply, PutManyReply, SettledReply, SizeReply, StageReply
 
 R = TypeVar("R")
 V = TypeVar("V")
@@ -108,6 +111,54 @@ class ShellCall(Call[ExecuteResponse]):
 
     def timeout_or(self, default: float) -> float | None:
         return self.timeout
+
+
+#: Block size of a chunk appended by the shell: offsets are multiples of it.
+APPEND_BLOCK = 4096
+#: Printed with the nonce by an append that wrote its chunk.
+APPENDED_MARKER = f"{protocol.FRAME_MARKER}_APPENDED"
+
+
+@dataclass(frozen=True)
+class AppendCall(Call[None]):
+    """A chunk of a staged upload written at ``offset`` (a multiple of
+    :data:`APPEND_BLOCK`) by ``base64 -d [| gzip -dc] | dd`` through
+    ``link``, the symlink the first chunk made to the staging file: no
+    interpreter start. ``data`` is gzip-compressed if ``packed``.
+    The command holds only the link (in the scratch directory, named by our
+    random token), numbers and base64; an append cut short is caught by the
+    SHA-256 check at the commit."""
+
+    link: str
+    offset: int
+    data: bytes
+    packed: bool
+    what: str
+    timeout: float | None = None
+
+    def command(self, max_bytes: int) -> tuple[str, str]:
+        nonce = secrets.token_hex(16)
+        delimiter = f"SBX_{nonce}"
+        seek = self.offset // APPEND_BLOCK
+        dd = f"dd of={shlex.quote(self.link)} bs={APPEND_BLOCK} seek={seek} conv=notrunc"
+        text = binascii.b2a_base64(self.data, newline=False).decode("ascii")
+        command = (
+            f"base64 -d <<'{delimiter}' | {'gzip -dc | ' if self.packed else ''}{dd} 2>/dev/null"
+            f" && echo {APPENDED_MARKER} {nonce}\n"
+            f"{text}\n{delimiter}\n"
+        )
+        if len(command) > max_bytes:
+            raise errors.SandboxRuntimeError(f"{self.what}: append of {len(command)} bytes > {max_bytes}")
+        return command, nonce
+
+    def decode(self, response: ExecuteResponse, nonce: str) -> None:
+        if response.timed_out:
+            raise errors.SandboxTimeoutError(f"{self.what} timed out")
+        if response.exit_code != 0 or f"{APPENDED_MARKER} {nonce}" not in response.output:
+            raise errors.SandboxRuntimeError(
+                f"{self.what}: appending a chunk failed (exit code {response.exit_code}): "
+                f"{response.output[-300:]!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -201,7 +252,7 @@ GET_MANY: Script[GetManyReply] = Script("get_many")
 WRITE: Script[SizeReply] = Script("write")
 PUT_MANY: Script[PutManyReply] = Script("put_many")
 SETTLE_MANY: Script[SettledReply] = Script("settle_many")
-STAGE: Script[SizeReply] = Script("stage")
+STAGE: Script[StageReply] = Script("stage")
 LANDED: Script[LandedReply] = Script("landed")
 ABORT: Script[Empty] = Script("abort")
 EDIT: Script[EditReply] = Script("edit")

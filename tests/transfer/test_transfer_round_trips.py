@@ -6,13 +6,21 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import LimitedSandbox
 from sandbox_sdk.testing.files import file_sha256, write_random_file
+
+#: The interpreter itself (``python3`` on the host may be a shim that needs more of ``PATH``).
+PYTHON3 = subprocess.run(
+    ["python3", "-c", "import sys; print(sys.executable)"], capture_output=True, text=True, check=True
+).stdout.strip()
 
 CONTENTS = {
     "empty": b"",
@@ -263,3 +271,77 @@ def test_compressible_uploads_travel_compressed(local: LocalSandbox, root: Path)
     assert trips["source"] * 2 <= trips["random"]
     assert trips["source"] < trips["mixed"] < trips["random"]
     assert sorted(os.listdir(root / "packed")) == ["mixed", "random", "source"]  # no staging file left
+
+
+class CommandLog(LocalSandbox):
+    """Keeps every command it runs."""
+
+    commands: list[str]
+
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        self.commands.append(command)
+        return super().execute(command, timeout=timeout)
+
+
+def logged(root: Path, scratch: Path, path: str | None = None) -> CommandLog:
+    env = {"PATH": path} if path is not None else None
+    sandbox = CommandLog(root, env=env)
+    sandbox.commands = []
+    sandbox.max_command_bytes = 96 * 1024
+    sandbox.scratch_dir = str(scratch)
+    return sandbox
+
+
+def test_chunks_that_travel_as_they_are_are_appended_by_the_shell(root: Path, tmp_path: Path) -> None:
+    """The first and the last chunk run the script; the ones between are
+    ``base64 -d | dd`` through a link in the scratch directory, named by our
+    token, whose quoted path is the only name in the command."""
+    scratch = tmp_path / "scratch $(touch pwned) 'q'"
+    scratch.mkdir()
+    sandbox = logged(root, scratch)
+    data = os.urandom(1 << 20)
+    [response] = sandbox.upload_files([("dest dir/$(touch pwned).bin", data)])
+    assert response.error is None
+    assert (root / "dest dir" / "$(touch pwned).bin").read_bytes() == data
+    appends = [c for c in sandbox.commands if c.startswith("base64 -d")]
+    scripts = [c for c in sandbox.commands if "python3" in c]
+    assert len(scripts) == 2 and len(appends) == len(sandbox.commands) - 2 >= 10
+    assert all("dest dir" not in c for c in appends)
+    assert os.listdir(scratch) == [] and sorted(os.listdir(root / "dest dir")) == ["$(touch pwned).bin"]
+    assert not (root / "pwned").exists() and not (tmp_path / "pwned").exists()
+    sandbox.commands.clear()
+    text = source_text(1 << 20)
+    [response] = sandbox.upload_files([("source.py", text)])
+    assert response.error is None and (root / "source.py").read_bytes() == text
+    appends = [c for c in sandbox.commands if c.startswith("base64 -d")]
+    assert len(appends) >= 2 and all("| gzip -dc |" in c for c in appends)  # compressed, by the shell too
+
+
+def test_without_base64_every_chunk_runs_the_script(root: Path, tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for program in ("bash", "dd"):
+        (bin_dir / program).symlink_to(shutil.which(program) or program)
+    (bin_dir / "python3").symlink_to(PYTHON3)
+    sandbox = logged(root, tmp_path, path=str(bin_dir))
+    data = os.urandom(300_000)
+    [response] = sandbox.upload_files([("plain.bin", data)])
+    assert response.error is None and (root / "plain.bin").read_bytes() == data
+    assert all("python3" in c for c in sandbox.commands) and len(sandbox.commands) >= 4
+
+
+def test_a_failed_append_removes_the_staging_file_and_the_link(root: Path, tmp_path: Path) -> None:
+    class Failing(CommandLog):
+        def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+            if command.startswith("base64 -d") and len(self.commands) > 3:
+                self.commands.append(command)
+                return ExecuteResponse(output="dd: No space left on device\n", exit_code=1)
+            return super().execute(command, timeout=timeout)
+
+    sandbox = Failing(root)
+    sandbox.commands = []
+    sandbox.max_command_bytes = 96 * 1024
+    sandbox.scratch_dir = str(tmp_path)
+    [response] = sandbox.upload_files([("gone.bin", os.urandom(1 << 20))])
+    assert response.error is not None and "appending a chunk failed" in response.error
+    assert os.listdir(root) == [] and not any(n.endswith(".lnk") for n in os.listdir(tmp_path))

@@ -374,6 +374,15 @@ def sweep_stale(directory: bytes, now: float) -> None:
         remove_quietly(path)
 
 
+def find_program(name: bytes) -> Optional[bytes]:
+    """``name``'s executable on ``PATH`` (``shutil.which`` would cost an import)."""
+    for folder in os.environb.get(b"PATH", b"").split(b":"):
+        candidate = os.path.join(folder or b".", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
 def remove_quietly(path: bytes) -> None:
     try:  # noqa: SIM105 - contextlib would cost every round trip an import
         os.unlink(path)

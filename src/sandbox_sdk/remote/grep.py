@@ -18,6 +18,7 @@ from sandbox_sdk.remote._runtime import (
     b64,
     compile_glob,
     expand_braces,
+    find_program,
     json_size,
     path_arg,
     unb64,
@@ -132,15 +133,6 @@ def line_matcher(pattern: bytes, fixed_strings: bool, ignore_case: bool) -> Call
     except re.error as exc:
         raise Fail("INVALID_ARGUMENT", "invalid regular expression: %s" % exc) from None
     return lambda line: regex.search(line.decode("utf-8", "surrogateescape")) is not None
-
-
-def find_program(name: bytes) -> Optional[bytes]:
-    """``name``'s executable on ``PATH`` (``shutil.which`` would cost an import)."""
-    for folder in os.environb.get(b"PATH", b"").split(b":"):
-        candidate = os.path.join(folder or b".", name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
 
 
 def batches(items: Iterator[Tuple[bytes, bool]]) -> Iterator[List[Tuple[bytes, bool]]]:

@@ -15,6 +15,7 @@ from sandbox_sdk.remote._runtime import (
     commit,
     describe,
     file_sha256,
+    find_program,
     make_parents,
     open_regular,
     path_arg,
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
 
     class SizeReply(TypedDict):
         size: int  # bytes of the file written so far
+
+    class StageReply(SizeReply, total=False):
+        append: bool  # the first chunk's: later chunks may be appended through the link
+        gunzip: bool  # and compressed ones too (gzip is there)
 
     class PutManyItem(TypedDict, total=False):
         error: Dict[str, Any]  # absent when the item was written
@@ -86,19 +91,26 @@ def put_many(args: Args, blobs: Blobs) -> Tuple[PutManyReply, Blobs]:
     return {"items": results}, []
 
 
-def stage(args: Args, blobs: Blobs) -> Tuple[SizeReply, Blobs]:
+def stage(args: Args, blobs: Blobs) -> Tuple[StageReply, Blobs]:
     """Write one chunk into the staging file; the final chunk also verifies
-    size and SHA-256 of the whole staging file and commits it."""
+    size and SHA-256 of the whole staging file and commits it.
+
+    Given a ``link`` (a fresh name in the scratch directory), the first chunk
+    also makes it a symlink to the staging file when ``base64`` and ``dd``
+    are there, so that later chunks can be written by a shell pipeline to
+    that name, with no interpreter start and no user path in the command;
+    the final chunk (or ``abort``) removes it."""
     dest = resolve_target(path_arg(args))
     tmp = temp_name(dest, args["token"])
+    link = path_arg(args, "link") if args.get("link") is not None else None
     offset = args["offset"]
     final = args.get("final")
     data = blobs[0]
-    if args.get("zlib"):
+    if args.get("gzip"):
         import zlib  # loaded by the bootstrap already
 
         try:
-            data = zlib.decompress(data)
+            data = zlib.decompress(data, 31)  # 31: the gzip format
         except zlib.error as exc:
             raise Fail("INVALID_ARGUMENT", "chunk does not decompress: %s" % exc) from None
     try:
@@ -123,8 +135,27 @@ def stage(args: Args, blobs: Blobs) -> Tuple[SizeReply, Blobs]:
                 commit(tmp, dest, args["overwrite"])
     except BaseException:
         remove_quietly(tmp)
+        if link is not None:
+            remove_quietly(link)
         raise
-    return {"size": offset + len(data)}, []
+    reply: StageReply = {"size": offset + len(data)}
+    if link is not None and final:
+        remove_quietly(link)
+    elif link is not None and offset == 0 and make_link(tmp, link):
+        reply["append"] = True
+        reply["gunzip"] = find_program(b"gzip") is not None
+    return reply, []
+
+
+def make_link(tmp: bytes, link: bytes) -> bool:
+    """Link ``link`` to ``tmp`` if chunks can be appended by the shell."""
+    if find_program(b"base64") is None or find_program(b"dd") is None:
+        return False
+    try:
+        os.symlink(os.path.abspath(tmp), link)
+    except OSError:
+        return False
+    return True
 
 
 def verify(path: bytes, size: int, sha256: str) -> None:
@@ -177,6 +208,8 @@ def abort(args: Args, blobs: Blobs) -> Tuple[Empty, Blobs]:
     """Remove a staging file left by a failed transfer (a no-op if it is gone)."""
     dest = resolve_target(path_arg(args))
     remove_quietly(temp_name(dest, args["token"]))
+    if args.get("link") is not None:
+        remove_quietly(path_arg(args, "link"))
     return {}, []
 
 

@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import posixpath
 import zlib
 from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from sandbox_sdk import errors, protocol
-from sandbox_sdk._calls import ABORT, DELETE, LANDED, STAGE, ScriptCall
+from sandbox_sdk._calls import ABORT, APPEND_BLOCK, DELETE, LANDED, STAGE, AppendCall, Call, Reply, ScriptCall
 from sandbox_sdk._core import CLEANUP_TIMEOUT, Operation, Pipeline, SandboxCore, new_token
 from sandbox_sdk._kernel import can_clean_up
 from sandbox_sdk.transfer._sources import Tally, changed_size
 
 if TYPE_CHECKING:
-    from sandbox_sdk.remote.write import SizeReply
+    from sandbox_sdk.remote.write import StageReply
 
 #: Attempts at removing what a finished transfer staged before its failure is reported.
 REMOVE_ATTEMPTS = 3
@@ -35,7 +36,7 @@ WORTH_COMPRESSING = 0.9
 #: call holds in memory.
 MAX_PACKING = 8
 
-#: One chunk of a staged upload: its bytes, their zlib form if that is what
+#: One chunk of a staged upload: its bytes, their gzip form if that is what
 #: travels, and whether it is the last.
 Chunk = tuple[bytes, bytes | None, bool]
 
@@ -60,9 +61,15 @@ class Staging:
     A source expected to hold ``size`` bytes that holds more or fewer is
     not committed."""
 
-    def __init__(self, dest: str, *, overwrite: bool, size: int | None, tally: Tally | None) -> None:
+    def __init__(
+        self, dest: str, *, overwrite: bool, size: int | None, tally: Tally | None, scratch_dir: str
+    ) -> None:
         self.dest = dest
         self.token = new_token()
+        #: A symlink to the staging file, through which the shell appends chunks.
+        self.link = posixpath.join(scratch_dir, f".sbx-{self.token}.lnk")
+        self.linked = False  # the first chunk made the link
+        self.gunzip = False  # and compressed chunks can go through it too
         self.overwrite = overwrite
         self.size = size
         self.tally = tally
@@ -75,34 +82,56 @@ class Staging:
 
     def chunk_bytes(self, sandbox: SandboxCore) -> int:
         """The largest chunk whose call, the final one included, fits in a command."""
-        largest = {**self._args(1 << 60), "zlib": True, "final": {"size": 1 << 60, "sha256": "0" * 64}}
+        link, final = protocol.encode_path(self.link), {"size": 1 << 60, "sha256": "0" * 64}
+        largest = {**self._args(1 << 60), "gzip": True, "link": link, "final": final}
         return sandbox._blob_capacity("stage", largest)
 
     def _args(self, offset: int) -> dict[str, Any]:
         return {"path": self.dest, "token": self.token, "overwrite": self.overwrite, "offset": offset}
 
-    def call(self, data: bytes, packed: bytes | None, *, final: bool = False) -> ScriptCall[SizeReply]:
-        """The call that writes ``data`` next (sent as ``packed``, its zlib
-        form, if given); the final one verifies and commits."""
+    def call(self, data: bytes, packed: bytes | None, *, final: bool = False) -> ScriptCall[StageReply]:
+        """The call that writes ``data`` next (sent as ``packed``, its gzip
+        form, if given); the first one may make the link, the final one
+        verifies and commits (and removes the link)."""
         args = self._args(self.sent)
         if packed is not None:
-            args["zlib"] = True
-        self.digest.update(data)
-        self.sent += len(data)
-        self.unacknowledged.append(len(data))
+            args["gzip"] = True
+        if self.sent == 0 or (final and self.linked):
+            args["link"] = protocol.encode_path(self.link)
+        self._count(data)
         if final:
             if self.size is not None and self.sent != self.size:
                 raise errors.IntegrityError(f"{self.what}: {changed_size(self.size, self.sent)}")
             args["final"] = {"size": self.sent, "sha256": self.digest.hexdigest()}
         return STAGE(args, [data if packed is None else packed], what=self.what)
 
-    def calls_before_last(self, chunks: Iterator[Chunk]) -> Iterator[ScriptCall[SizeReply]]:
+    def _count(self, data: bytes) -> None:
+        self.digest.update(data)
+        self.sent += len(data)
+        self.unacknowledged.append(len(data))
+
+    def started(self, reply: Reply[StageReply]) -> None:
+        """The first chunk is written; later ones go through the link if it made one."""
+        self.linked = reply[0].get("append") is True
+        self.gunzip = reply[0].get("gunzip") is True
+        self.acknowledge()
+
+    def next_call(self, data: bytes, packed: bytes | None) -> Call[Any]:
+        """A chunk goes by the shell when it can."""
+        if self.linked and (packed is None or self.gunzip) and self.sent % APPEND_BLOCK == 0:
+            wire = data if packed is None else packed
+            call = AppendCall(self.link, self.sent, wire, packed is not None, self.what)
+            self._count(data)
+            return call
+        return self.call(data, packed)
+
+    def calls_before_last(self, chunks: Iterator[Chunk]) -> Iterator[Call[Any]]:
         """A call per chunk up to the last one, which is kept in :attr:`last_chunk`."""
         for chunk in chunks:
             if chunk[2]:
                 self.last_chunk = chunk
                 return
-            yield self.call(chunk[0], chunk[1])
+            yield self.next_call(chunk[0], chunk[1])
 
     def acknowledge(self, reply: object = None) -> None:
         """The oldest chunk not yet acknowledged is written: count it."""
@@ -134,7 +163,7 @@ class Staging:
     def abort(self) -> Operation[None]:
         """Remove the staging file, if any; best effort."""
         with contextlib.suppress(Exception):
-            args = {"path": self.dest, "token": self.token}
+            args = {"path": self.dest, "token": self.token, "link": protocol.encode_path(self.link)}
             yield from ABORT(args, what="abort upload", timeout=CLEANUP_TIMEOUT)
 
 
@@ -150,14 +179,14 @@ def stage(
     """Upload ``source`` to ``dest`` (payload-encoded) in chunks, all or
     nothing; returns the bytes sent. On any failure (or cancellation) the
     staging file is removed and the error re-raised."""
-    staging = Staging(dest, overwrite=overwrite, size=size, tally=tally)
+    staging = Staging(dest, overwrite=overwrite, size=size, tally=tally, scratch_dir=sandbox.scratch_dir)
     chunk_bytes = staging.chunk_bytes(sandbox)
     chunks = packed_chunks(source, chunk_bytes)
     try:
         chunk = next(chunks)
         if not chunk[2]:
             # The first chunk creates the staging file: it goes alone.
-            staging.acknowledge((yield from staging.call(chunk[0], chunk[1])))
+            staging.started((yield from staging.call(chunk[0], chunk[1])))
             window = sandbox._window(chunk_bytes)
             yield Pipeline(staging.calls_before_last(chunks), staging.acknowledge, window)
             chunk = staging.last_chunk
@@ -172,9 +201,11 @@ def stage(
 def packed_chunks(source: IO[bytes], capacity: int) -> Iterator[Chunk]:
     """``source`` in chunks whose form on the wire holds at most ``capacity``
     bytes (at least one chunk, empty for an empty stream). Data that
-    compresses well travels zlib-compressed (level 1: fast), each chunk as
+    compresses well travels gzip-compressed (level 1: fast), each chunk as
     much as compresses into ``capacity``, guessed from the last chunk's ratio;
     once a chunk does not compress, the rest travels as it is."""
+    # Whole blocks, so that every chunk but the last can be appended by the shell.
+    capacity = max(capacity // APPEND_BLOCK * APPEND_BLOCK, min(capacity, APPEND_BLOCK))
     pending = b""
     want = capacity * MAX_PACKING // 2  # a first guess: text compresses about 4:1
     compressing = True
@@ -187,21 +218,26 @@ def packed_chunks(source: IO[bytes], capacity: int) -> Iterator[Chunk]:
         data = pending[:want]
         packed = None
         if compressing and data:
-            packed = zlib.compress(data, 1)
+            packer = zlib.compressobj(1, zlib.DEFLATED, 31)  # 31: the gzip format, for gzip -d too
+            packed = packer.compress(data) + packer.flush()
             if len(packed) > len(data) * WORTH_COMPRESSING:
                 compressing, packed, want = False, None, capacity
                 data = pending[:want]
             elif len(packed) > capacity:
-                want = max(capacity, want * capacity // len(packed) * 9 // 10)
+                want = max(capacity, aligned(want * capacity // len(packed) * 9 // 10))
                 continue
             else:
                 guess = len(data) * capacity // len(packed) * 9 // 10
-                want = min(capacity * MAX_PACKING, max(capacity, guess))
+                want = min(capacity * MAX_PACKING, max(capacity, aligned(guess)))
         pending = pending[len(data) :]
         last = ended and not pending
         yield data, packed, last
         if last:
             return
+
+
+def aligned(size: int) -> int:
+    return size // APPEND_BLOCK * APPEND_BLOCK
 
 
 def discard(paths: Sequence[str]) -> Operation[None]:
