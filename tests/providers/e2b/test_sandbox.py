@@ -175,6 +175,23 @@ def test_killed_sandbox_raises_not_found(provider: E2BProvider) -> None:
         sandbox.execute("true")
     with pytest.raises(errors.SandboxNotFoundError):
         sandbox.ls(".")
+    with pytest.raises(errors.SandboxNotFoundError):
+        sandbox.download_files(["a.txt", "b.txt"])
+    with pytest.raises(errors.SandboxNotFoundError):
+        sandbox.upload_files([("a.txt", b"a"), ("b.txt", b"b")])
+
+
+async def test_killed_sandbox_raises_not_found_async(provider: E2BProvider) -> None:
+    sandbox = await provider.acreate()
+    await provider.adelete(sandbox_id=sandbox.id)
+    with pytest.raises(errors.SandboxNotFoundError):
+        await sandbox.aexecute("true")
+    with pytest.raises(errors.SandboxNotFoundError):
+        await sandbox.als(".")
+    with pytest.raises(errors.SandboxNotFoundError):
+        await sandbox.adownload_files(["a.txt", "b.txt"])
+    with pytest.raises(errors.SandboxNotFoundError):
+        await sandbox.aupload_files([("a.txt", b"a"), ("b.txt", b"b")])
 
 
 def test_only_sdk_sandboxes_are_wrapped() -> None:

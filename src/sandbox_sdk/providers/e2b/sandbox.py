@@ -365,6 +365,13 @@ class KillGroup(SdkCall):
 # -- operations -----------------------------------------------------------------------------------
 
 
+#: Errors meaning the sandbox itself is unusable (gone, or credentials
+#: refused): a transfer raises them, as ``execute`` does, instead of reporting
+#: them as every file's error. Not a transport error: the SDK reports a local
+#: source that fails mid-upload as one (httpx's WriteError), a file's failure.
+_SANDBOX_UNUSABLE = (errors.SandboxNotFoundError, errors.AuthenticationError)
+
+
 def _upload_one(path: str, data: UploadSource) -> Generator[FilesCall, Any, tuple[FileUploadResponse, int]]:
     """Upload ``data`` to ``path`` (see :func:`_write_and_rename`); returns the
     response and the bytes sent."""
@@ -384,6 +391,8 @@ def _upload_one(path: str, data: UploadSource) -> Generator[FilesCall, Any, tupl
         return FileUploadResponse(path=path, error=f"cannot read local source: {exc}"), 0
     finally:
         source.close()
+    if isinstance(failure, _SANDBOX_UNUSABLE):
+        raise failure
     return upload_result(path, failure), 0 if failure else source.size or 0
 
 
@@ -430,6 +439,8 @@ def _download_one(path: str) -> Generator[FilesCall, Any, tuple[FileDownloadResp
     try:
         check_path(path)
         content = yield FilesCall("read", (path,), {"format": "bytes"})
+    except _SANDBOX_UNUSABLE:
+        raise
     except errors.SandboxError as exc:
         return download_result(path, error=exc), 0
     return download_result(path, bytes(content)), len(content)
