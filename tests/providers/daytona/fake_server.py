@@ -30,7 +30,9 @@ Lifecycle, as the service runs it (times in fake minutes of ``minute_seconds`` s
   - a new sandbox shows in ``list`` only ``listing_lag`` seconds after creation
     (``list_sandboxes``: "Eventually consistent", daytona_api_client/api/sandbox_api.py)
   - the toolbox of a sandbox that is not started answers 400 "container has no IP address, it
-    might not be running" (apps/runner/pkg/api/controllers/proxy.go ``getProxyTarget``)
+    might not be running" (apps/runner/pkg/api/controllers/proxy.go ``getProxyTarget``); with
+    ``wake_on_request`` (VM runners) a stopped one is started by the proxy, which answers 503
+    "Sandbox is starting" instead of forwarding the request (apps/proxy/pkg/proxy/wake.go)
 
 Toolbox daemon, under ``{base}/toolbox/{sandboxId}`` (the SDK prefixes the sandbox id itself):
   - ``POST /process/execute``      ``{"command", "cwd", "envs", "timeout"}`` -> ``{"exitCode", "result"}``
@@ -146,6 +148,9 @@ class FakeDaytonaServer:
         self.transition_seconds = 0.0
         #: Seconds before a new sandbox shows in ``list``.
         self.listing_lag = 0.0
+        #: As the proxy in front of VM runners: a toolbox request to a stopped sandbox starts it
+        #: and is answered 503 with a "Sandbox is starting" page, not forwarded.
+        self.wake_on_request = False
         self._failures: list[_Failure] = []
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -206,6 +211,11 @@ class FakeDaytonaServer:
         loop.close()
         self._loop = None
         self._thread = None
+
+    def open_connections(self) -> int:
+        """Client connections the server holds open (kept alive by a client's session)."""
+        assert self._runner is not None and self._runner.server is not None
+        return len(self._runner.server.connections)
 
     def fail_next(self, status: int, *, path_contains: str = "", times: int = 1, stall: float = 0.0) -> None:
         """Answer the next `times` requests whose path contains `path_contains` with `status`,
@@ -425,6 +435,16 @@ class FakeDaytonaServer:
                 sandbox.last_activity = time.monotonic()
         if sandbox is None:
             return _not_found(request)
+        if sandbox.state == "stopped" and self.wake_on_request:
+            # ``WakeOnRequestModifyResponse`` / ``tryWakeSandbox`` (apps/proxy/pkg/proxy/wake.go):
+            # the proxy starts the sandbox, waits for it, and answers 503 with a refresh page.
+            sandbox.state = "started"
+            return web.Response(
+                status=503,
+                text="<html><body><h2>Sandbox is starting...</h2></body></html>",
+                content_type="text/html",
+                headers={"Retry-After": "5"},
+            )
         if sandbox.state != "started":
             return _error(request, 400, "container has no IP address, it might not be running")
         return sandbox

@@ -123,6 +123,26 @@ async def test_an_async_handle_recovers_once_from_an_auto_stop(server: FakeDayto
         assert starts(server) == 1
 
 
+def test_a_handle_retries_once_after_the_proxy_woke_its_sandbox(server: FakeDaytonaServer) -> None:
+    """In front of VM runners the proxy starts a stopped sandbox itself and answers 503
+    "Sandbox is starting" without forwarding the request: resent once, it runs once."""
+    provider = make_provider(server)
+    sandbox = provider.create()
+    server.wake_on_request = True
+    server.set_state(sandbox.id, "stopped")
+    before = executes(server)
+    assert sandbox.execute("echo x >> once.txt; cat once.txt").output == "x\n"
+    assert (executes(server) - before, starts(server)) == (2, 0)
+
+
+def test_a_plain_503_is_not_retried(server: FakeDaytonaServer) -> None:
+    sandbox = make_provider(server).create()
+    server.fail_next(503, path_contains="/process/execute")
+    with pytest.raises(errors.ProviderUnavailableError):
+        sandbox.execute("true")
+    assert executes(server) == 2  # the health check's, and this one
+
+
 @pytest.mark.parametrize("status", [400, 500, 502, 504])
 def test_a_command_that_may_have_run_is_never_retried(server: FakeDaytonaServer, status: int) -> None:
     """A 400 from a running sandbox is a real refusal; 5xx may come after the command ran."""
@@ -370,12 +390,33 @@ async def test_a_handle_outlives_the_providers_aclose(server: FakeDaytonaServer)
     await provider.aclose()
 
 
+def test_close_closes_a_client_of_a_loop_running_in_another_thread(server: FakeDaytonaServer) -> None:
+    provider = make_provider(server)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    try:
+        sandbox = asyncio.run_coroutine_threadsafe(provider.acreate(), loop).result(60)
+        asyncio.run_coroutine_threadsafe(sandbox.aexecute("true"), loop).result(60)
+        assert server.open_connections() > 0  # the loop's client keeps its connections
+        provider.close()  # waits for the loop's thread to close its client
+        deadline = time.monotonic() + 10
+        while server.open_connections() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.open_connections() == 0
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
 def test_close_closes_a_client_of_an_idle_loop(server: FakeDaytonaServer) -> None:
     provider = make_provider(server)
     loop = asyncio.new_event_loop()
     try:
         sandbox = loop.run_until_complete(provider.acreate())
         loop.run_until_complete(sandbox.aexecute("true"))
+        assert server.open_connections() > 0
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             provider.close()
