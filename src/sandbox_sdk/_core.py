@@ -12,9 +12,11 @@ differ only in how they wait.
 
 from __future__ import annotations
 
+import logging
 import os
 import posixpath
 import secrets
+import time
 from abc import abstractmethod
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
@@ -40,6 +42,9 @@ PathArg = str | bytes | os.PathLike[str]
 OUTPUT_HEADROOM = 8 * 1024
 #: Timeout of a clean-up round trip (it may run shielded from cancellation).
 CLEANUP_TIMEOUT = 30.0
+#: Each ``execute()`` round trip at DEBUG: operation, bytes each way, exit
+#: code, duration; never the command, its payload or its output.
+round_trip_log = logging.getLogger("sandbox_sdk.round_trips")
 #: Raw chunk bytes a transfer keeps in flight at most beyond its first two
 #: chunks (each costs a few copies on the client: base64 text, command or
 #: output string), so client memory stays bounded by the budgets, whatever
@@ -221,10 +226,13 @@ class SandboxCore(SandboxHandle):
         """One call: a file operation's round trip gets ``operation_timeout``,
         a user's command (``execute``, ``run``) its own or the provider's default."""
         command, nonce = call.command(self.max_command_bytes)
+        started = time.monotonic()
         try:
             response = self.execute(command, timeout=call.timeout_or(self.operation_timeout))
         except Exception as exc:
+            _log_round_trip(call, command, started, exc)
             raise self._provider_failure(call, exc) from exc
+        _log_round_trip(call, command, started, response)
         return call.decode(response, nonce)
 
     async def _ainvoke(self, call: Call[R]) -> R:
@@ -234,10 +242,13 @@ class SandboxCore(SandboxHandle):
             # thread, so megabytes of base64 never stall the event loop.
             return await anyio.to_thread.run_sync(self._invoke, call)
         command, nonce = call.command(self.max_command_bytes)
+        started = time.monotonic()
         try:
             response = await self.aexecute(command, timeout=call.timeout_or(self.operation_timeout))
         except Exception as exc:
+            _log_round_trip(call, command, started, exc)
             raise self._provider_failure(call, exc) from exc
+        _log_round_trip(call, command, started, response)
         return call.decode(response, nonce)
 
     # -- drivers ---------------------------------------------------------------
@@ -334,6 +345,29 @@ class SandboxCore(SandboxHandle):
                 failure = exc
         if failure is not None:
             raise failure
+
+
+def _log_round_trip(
+    call: Call[Any], command: str, started: float, outcome: ExecuteResponse | Exception
+) -> None:
+    """One round trip at DEBUG: its operation (a script's name, or ``execute``
+    for a user's command), the bytes sent and received, the exit code and
+    the duration; the command and output themselves never."""
+    if not round_trip_log.isEnabledFor(logging.DEBUG):
+        return
+    operation = getattr(call, "op", "execute")
+    sent = len(command.encode("utf-8", "surrogateescape"))
+    seconds = time.monotonic() - started
+    if isinstance(outcome, Exception):
+        failure = type(outcome).__name__
+        round_trip_log.debug("%s: sent %d bytes, failed after %.3f s: %s", operation, sent, seconds, failure)
+        return
+    received = len(outcome.output.encode("utf-8", "surrogateescape"))
+    timed_out = " (timed out)" if outcome.timed_out else ""
+    round_trip_log.debug(
+        "%s: sent %d bytes, received %d bytes, exit %s%s, %.3f s",
+        *(operation, sent, received, outcome.exit_code, timed_out, seconds),
+    )
 
 
 class _PendingReply:

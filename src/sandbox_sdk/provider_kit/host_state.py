@@ -61,6 +61,8 @@ SETUP_TIMEOUT = 600.0
 SandboxT = TypeVar("SandboxT", bound=BaseSandbox)
 
 logger = logging.getLogger(__name__)
+#: The provider lifecycle's logger (as ``create``, ``get`` and ``delete`` log): each sandbox reaped, at INFO.
+lifecycle_log = logging.getLogger("sandbox_sdk.lifecycle")
 
 
 class DamagedRecordError(errors.SandboxNotFoundError):
@@ -450,6 +452,7 @@ class HostStateProvider(SandboxProvider[SandboxT]):
                     if not self.store.is_expired(record, now):
                         return False
                 self.store.remove(sandbox_id, self._release)
+                lifecycle_log.info("%s: reaped sandbox %s", self.name, sandbox_id)
                 return True
         except errors.SandboxNotFoundError:
             return False
