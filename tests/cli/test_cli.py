@@ -221,14 +221,23 @@ def test_cp_files_both_ways(sbx: Sbx, sandbox: str, tmp_path: Path) -> None:
 def test_cp_directories_both_ways(sbx: Sbx, sandbox: str, tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     files = make_tree(tree)
-    sbx("cp", tree, f"{sandbox}:project")
-    sbx("cp", tree, f"{sandbox}:project")  # project exists now: copied into it, as cp -r does
-    listing = sbx("exec", sandbox, "find project -type f | sort").stdout.split()
+    (tree / ".venv" / "bin").mkdir(parents=True)
+    (tree / ".venv" / "bin" / "python").symlink_to("/usr/bin/python3")
+    (tree / "__pycache__").mkdir()
+    (tree / "__pycache__" / "a.pyc").write_bytes(b"\0")
+    (tree / "outside").symlink_to("/etc/hostname")
+    excluded = ("--exclude", ".venv", "-x", "__pycache__")
+    first = sbx("cp", *excluded, tree, f"{sandbox}:project")
+    assert first.stderr == f"sbx: skipped {tree}/outside: a symlink pointing outside the tree\n"
+    sbx("cp", *excluded, tree, f"{sandbox}:project")  # project exists now: copied into it, as cp -r does
+    listing = sbx("exec", sandbox, "find project -type f -o -type l | sort").stdout.split()
     assert listing == sorted([f"project/{n}" for n in files] + [f"project/tree/{n}" for n in files])
-    sbx("cp", f"{sandbox}:project", tmp_path / "back")
+    sbx("cp", "-x", "deeper", f"{sandbox}:project", tmp_path / "back")
     back_files, back_dirs = tree_of(tmp_path / "back")
-    assert back_files == {**files, **{f"tree/{name}": data for name, data in files.items()}}
-    assert {"empty", "tree/empty", "sub/deeper"} <= back_dirs
+    expected = {name: data for name, data in files.items() if "deeper" not in name}
+    assert back_files == {**expected, **{f"tree/{name}": data for name, data in expected.items()}}
+    assert {"empty", "tree/empty"} <= back_dirs
+    assert "sub/deeper" not in back_dirs
 
 
 def test_ls_lists_a_directory(sbx: Sbx, sandbox: str) -> None:

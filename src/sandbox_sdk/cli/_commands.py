@@ -218,15 +218,23 @@ def shell(ctx: click.Context, provider: str, sandbox_id: str) -> None:
 @cli.command()
 @provider_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option(
+    "--exclude",
+    "-x",
+    multiple=True,
+    metavar="PATTERN",
+    help="Leave out of a directory's copy what matches (a name or a relative path; repeatable).",
+)
 @click.argument("source")
 @click.argument("dest")
-def cp(provider: str, quiet: bool, source: str, dest: str) -> None:
+def cp(provider: str, quiet: bool, exclude: tuple[str, ...], source: str, dest: str) -> None:
     """Copy a file or directory into a sandbox (LOCAL ID:PATH) or out of one (ID:PATH LOCAL).
 
     Like cp -r: into DEST if it is an existing directory, else as DEST. A
-    progress bar shows on a terminal once a copy takes more than a moment."""
+    progress bar shows on a terminal once a copy takes more than a moment. A
+    symlink pointing outside a copied tree is left out, and named on stderr."""
     with opened(provider) as sandboxes:
-        copy(sandboxes, source, dest, Console(stderr=True, quiet=quiet))
+        copy(sandboxes, source, dest, exclude, Console(stderr=True, quiet=quiet))
 
 
 @cli.command("ls")

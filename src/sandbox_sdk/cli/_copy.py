@@ -11,6 +11,7 @@ import os
 import posixpath
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import Any
@@ -27,7 +28,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from sandbox_sdk import BaseSandbox, SandboxFileNotFoundError, SandboxProvider
+from sandbox_sdk import BaseSandbox, DirectoryTransferResult, SandboxFileNotFoundError, SandboxProvider
 
 #: ``ID:PATH``. The ID holds no ``/``, so a local name with a colon is written ``./a:b``.
 REMOTE = re.compile(r"^(?P<id>[^/:]+):(?P<path>.*)$", re.DOTALL)
@@ -81,20 +82,23 @@ def split_remote(argument: str) -> tuple[str, str] | None:
     return (match["id"], match["path"] or ".") if match else None
 
 
-def copy(sandboxes: SandboxProvider[Any], source: str, dest: str, console: Console) -> None:
-    """Copy ``source`` to ``dest``: exactly one of them is ``ID:PATH``."""
+def copy(
+    sandboxes: SandboxProvider[Any], source: str, dest: str, exclude: Sequence[str], console: Console
+) -> None:
+    """Copy ``source`` to ``dest``: exactly one of them is ``ID:PATH``.
+    ``exclude``: glob patterns a directory's copy leaves out."""
     remote_source, remote_dest = split_remote(source), split_remote(dest)
     if remote_dest is not None and remote_source is None:
         sandbox_id, path = remote_dest
-        upload(sandboxes.get(sandbox_id), Path(source), path, console)
+        upload(sandboxes.get(sandbox_id), Path(source), path, exclude, console)
     elif remote_source is not None and remote_dest is None:
         sandbox_id, path = remote_source
-        download(sandboxes.get(sandbox_id), path, Path(dest), console)
+        download(sandboxes.get(sandbox_id), path, Path(dest), exclude, console)
     else:
         raise click.UsageError("one of SOURCE and DEST must be ID:PATH and the other a local path")
 
 
-def upload(sandbox: BaseSandbox, local: Path, remote: str, console: Console) -> None:
+def upload(sandbox: BaseSandbox, local: Path, remote: str, exclude: Sequence[str], console: Console) -> None:
     """``local`` (a file or a tree) to ``remote``, or into it if it is a directory."""
     is_dir = local.is_dir()
     if not is_dir:
@@ -104,7 +108,7 @@ def upload(sandbox: BaseSandbox, local: Path, remote: str, console: Console) -> 
         target = posixpath.join(remote, local.resolve().name)
     with TransferBar(console, f"↑ {target}") as bar:
         if is_dir:
-            sandbox.upload_dir(local, target, progress=bar)
+            report_skipped(sandbox.upload_dir(local, target, exclude=exclude, progress=bar), local)
             return
         (result,) = sandbox.upload_files([(target, str(local))], progress=bar)
     if result.error is not None:
@@ -118,13 +122,23 @@ def remote_is_dir(sandbox: BaseSandbox, path: str) -> bool:
         return False
 
 
-def download(sandbox: BaseSandbox, remote: str, local: Path, console: Console) -> None:
+def download(
+    sandbox: BaseSandbox, remote: str, local: Path, exclude: Sequence[str], console: Console
+) -> None:
     """``remote`` (a file or a tree) to ``local``, or into it if it is a directory."""
     info = sandbox.stat(remote)  # a missing source is a SandboxFileNotFoundError naming it
     name = PurePosixPath(remote).name
     target = local / name if local.is_dir() and name not in ("", "..") else local
     with TransferBar(console, f"↓ {target}") as bar:
         if info.type == "dir":
-            sandbox.download_dir(remote, target, progress=bar)
+            report_skipped(sandbox.download_dir(remote, target, exclude=exclude, progress=bar), remote)
         else:
             sandbox.download_file(remote, target, progress=bar)
+
+
+def report_skipped(result: DirectoryTransferResult, root: str | Path) -> None:
+    """Name on stderr each symlink left out because it points outside the tree."""
+    for path in result.skipped:
+        click.echo(
+            f"sbx: skipped {posixpath.join(root, path)}: a symlink pointing outside the tree", err=True
+        )
