@@ -91,6 +91,14 @@ def test_a_sandbox_that_does_not_settle_in_time_is_a_timeout(server: FakeDaytona
         provider.get(sandbox.id)
 
 
+@pytest.mark.parametrize("option", [{"start_timeout": 0}, {"listing_lag": -1}, {"listing_lag": "10s"}])
+def test_bad_provider_timings_are_invalid_arguments(
+    server: FakeDaytonaServer, option: dict[str, Any]
+) -> None:
+    with pytest.raises(errors.InvalidArgumentError, match=next(iter(option))):
+        DaytonaProvider(api_key=server.api_key, api_url=server.api_url, **option)
+
+
 def test_a_sandbox_in_error_is_refused(server: FakeDaytonaServer) -> None:
     provider = make_provider(server)
     sandbox = provider.create()

@@ -25,7 +25,7 @@ from daytona.common.daytona import CODE_TOOLBOX_LANGUAGE_LABEL
 from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxInfo, SandboxPage
 from sandbox_sdk.provider import SandboxProvider, labels_match
-from sandbox_sdk.provider_kit import Lifetime
+from sandbox_sdk.provider_kit import DEFAULT_IDLE_TIMEOUT, Lifetime, check_seconds
 from sandbox_sdk.providers.daytona._errors import translate_errors
 from sandbox_sdk.providers.daytona.sandbox import (
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -98,12 +98,12 @@ class DaytonaProvider(SandboxProvider[DaytonaSandbox]):
         # the SDK read its deprecated server_url field and warn about it.
         api_url = api_url or os.environ.get("DAYTONA_API_URL") or None
         self._clients = DaytonaClients(DaytonaConfig(api_key=api_key, api_url=api_url, target=target))
-        self._listing_lag = listing_lag
+        self._listing_lag = check_seconds("listing_lag", listing_lag or None) or 0.0  # 0: no lag
         self._sandbox_options: dict[str, Any] = {
             "timeout": timeout,
             "max_output_bytes": max_output_bytes,
             "shell": shell,
-            "start_timeout": start_timeout,
+            "start_timeout": check_seconds("start_timeout", start_timeout),
         }
 
     def _sandbox(self, sdk_sandbox: Sandbox | AsyncSandbox) -> DaytonaSandbox:
@@ -239,7 +239,7 @@ def _lifetime_options(options: dict[str, Any]) -> dict[str, Any]:
                 f"give {ours} (seconds) or {', '.join(sorted(theirs))}, not both"
             )
     lifetime = Lifetime.from_options(
-        options, platform="Daytona", default_idle_timeout=None if own_idle else 3600.0
+        options, platform="Daytona", default_idle_timeout=None if own_idle else DEFAULT_IDLE_TIMEOUT
     )
     if lifetime.ttl is not None:
         options["ttl_minutes"] = _minutes(lifetime.ttl)
