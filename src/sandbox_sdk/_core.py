@@ -107,6 +107,18 @@ def check_flag(name: str, value: object) -> bool:
     return value
 
 
+def check_timeout(timeout: object) -> float | None:
+    """A command's timeout in seconds; ``None`` or ``0`` mean the sandbox's
+    default, as deepagents' ``execute(timeout=0)`` does (never "expire at once")."""
+    if timeout is None or (not isinstance(timeout, bool) and timeout == 0):
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise errors.InvalidArgumentError(
+            f"timeout must be seconds > 0, or None or 0 for the default, not {timeout!r}"
+        )
+    return float(timeout)
+
+
 def check_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise errors.InvalidArgumentError(f"{name} must be an int >= {minimum}, not {value!r}")

@@ -51,6 +51,7 @@ from sandbox_sdk._core import (
     check_flag,
     check_int,
     check_path,
+    check_timeout,
     new_token,
     scratch_path,
     to_bytes,
@@ -101,8 +102,10 @@ class SandboxOperations(SandboxCore):
         timeout: float | None = None,
     ) -> Operation[ExecuteResponse]:
         """``execute`` with a working directory, extra environment variables and
-        stdin (any size, binary-safe), applied by wrapping the command."""
+        stdin (any size, binary-safe), applied by wrapping the command.
+        ``timeout`` in seconds; ``None`` or ``0`` mean the sandbox's default."""
         encoded = check_command(command)
+        timeout = check_timeout(timeout)
         if cwd is None and not env and stdin is None:
             return (yield from ShellCall(command, timeout))
         args = _run_args(encoded, cwd, env)

@@ -50,7 +50,8 @@ class BaseSandbox(SandboxOperations):
         timeout: float | None = None,
     ) -> ExecuteResponse:
         """``execute`` with a working directory, extra environment variables and
-        stdin (any size, binary-safe), applied by wrapping the command."""
+        stdin (any size, binary-safe), applied by wrapping the command.
+        ``timeout`` in seconds; ``None`` or ``0`` mean the sandbox's default."""
         return self._drive(self._op_run(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout))
 
     async def arun(
@@ -64,7 +65,8 @@ class BaseSandbox(SandboxOperations):
     ) -> ExecuteResponse:
         """Async twin of :meth:`run`: ``execute`` with a working directory, extra
         environment variables and stdin (any size, binary-safe), applied by
-        wrapping the command."""
+        wrapping the command. ``timeout`` in seconds; ``None`` or ``0`` mean the
+        sandbox's default."""
         return await self._adrive(self._op_run(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout))
 
     def ls(self, path: PathArg = ".") -> list[FileInfo]:

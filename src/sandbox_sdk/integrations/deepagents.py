@@ -77,6 +77,13 @@ DEFAULT_GREP_MATCHES = 100_000
 GLOB_MAX_MATCHES = 10_000
 
 
+def _tool_prefixed(error: str) -> str:
+    """An error for deepagents' ``ls``, ``read_file`` and ``glob`` tools, which
+    put ``Error: `` before a result's error themselves (the other tools pass
+    it on as it is): without ours, so the model reads one."""
+    return error.removeprefix("Error: ")
+
+
 def _path_error(path: object) -> str | None:
     """deepagents paths are absolute; a relative one is refused, never resolved
     against whatever the sandbox's working directory happens to be."""
@@ -191,9 +198,9 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
     @staticmethod
     def _plan_execute(command: str, timeout: int | None) -> Plan[da.ExecuteResponse]:
         # deepagents lets 0 mean "no timeout" where a backend supports that; a
-        # sandbox always has one, so 0 means the sandbox's default.
+        # sandbox always has one, so 0 means the sandbox's default, as in run().
         try:
-            response: ExecuteResponse = yield ("execute", (command,), {"timeout": timeout or None})
+            response: ExecuteResponse = yield ("run", (command,), {"timeout": timeout})
         except errors.SandboxError as exc:
             return da.ExecuteResponse(output=f"Error: the sandbox could not run the command: {exc}")
         output = texts.with_timeout_note(response, timeout)
@@ -212,11 +219,11 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
     @staticmethod
     def _plan_ls(path: str) -> Plan[da.LsResult]:
         if error := _path_error(path):
-            return da.LsResult(error=error)
+            return da.LsResult(error=_tool_prefixed(error))
         try:
             entries: list[FileInfo] = yield ("ls", (path,), {})
         except errors.SandboxError as exc:
-            return da.LsResult(error=texts.error_text("list", path, exc))
+            return da.LsResult(error=_tool_prefixed(texts.error_text("list", path, exc)))
         base = path.rstrip("/") or "/"
         return da.LsResult(entries=[_entry(posixpath.join(base, info.name), info) for info in entries])
 
@@ -239,7 +246,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
                 error=f"File '{path}': Binary file exceeds maximum preview size of {MAX_BINARY_BYTES} bytes"
             )
         except errors.SandboxError as exc:
-            return da.ReadResult(error=texts.error_text("read", path, exc))
+            return da.ReadResult(error=_tool_prefixed(texts.error_text("read", path, exc)))
         if not data:
             return da.ReadResult(
                 file_data=da.FileData(content=da_utils.EMPTY_CONTENT_WARNING, encoding="utf-8")
@@ -251,7 +258,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
     @classmethod
     def _plan_read(cls, path: str, offset: int, limit: int) -> Plan[da.ReadResult]:
         if error := _path_error(path):
-            return da.ReadResult(error=error)
+            return da.ReadResult(error=_tool_prefixed(error))
         # Models send degenerate windows (offset=-1, limit=0): clamp, as deepagents does.
         offset, limit = max(int(offset), 0), max(int(limit), 0)
         if _read_file_type(path) != "text":
@@ -261,7 +268,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         except errors.NotTextFileError:
             return (yield from cls._plan_read_whole(path))
         except errors.SandboxError as exc:
-            return da.ReadResult(error=texts.error_text("read", path, exc))
+            return da.ReadResult(error=_tool_prefixed(texts.error_text("read", path, exc)))
         if page.total_lines == 0:
             return da.ReadResult(
                 file_data=da.FileData(content=da_utils.EMPTY_CONTENT_WARNING, encoding="utf-8")
@@ -417,7 +424,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
     def _plan_glob(pattern: str, path: str | None) -> Plan[da.GlobResult]:
         root = path or "/"
         if error := _path_error(root):
-            return da.GlobResult(error=error)
+            return da.GlobResult(error=_tool_prefixed(error))
         if not PROTOCOL_0_7:
             return (yield from DeepAgentsBackend._plan_glob_0_6(pattern, root))
         return (yield from DeepAgentsBackend._plan_glob_0_7(pattern, root))
@@ -428,7 +435,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         try:
             found: GlobResult = yield ("glob", (pattern, root), {})
         except errors.SandboxError as exc:
-            return da.GlobResult(error=texts.error_text("search", root, exc))
+            return da.GlobResult(error=_tool_prefixed(texts.error_text("search", root, exc)))
         anchored = pattern.startswith("/")
         return da.GlobResult(
             matches=[
@@ -445,7 +452,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         anchors to ``root``."""
         relative = pattern.lstrip("/")
         if ".." in relative.replace("\\", "/").split("/"):
-            return da.GlobResult(error=f"Error: glob pattern {pattern!r} must not contain '..'")
+            return da.GlobResult(error=f"glob pattern {pattern!r} must not contain '..'")
         by_name = "/" not in pattern  # "/*.py" is anchored, not a name pattern
         try:
             found: GlobResult = yield (
@@ -454,7 +461,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
                 {"include_hidden": by_name, "max_results": GLOB_MAX_MATCHES},
             )
         except errors.SandboxError as exc:
-            return da.GlobResult(error=texts.error_text("search", root, exc))
+            return da.GlobResult(error=_tool_prefixed(texts.error_text("search", root, exc)))
         hidden_ok = relative.startswith(".")
         matches = [
             {**_entry(info.path, info), "is_dir": False}

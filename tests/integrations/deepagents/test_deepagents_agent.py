@@ -85,3 +85,28 @@ async def test_agent_writes_and_executes_inside_the_sandbox(sandbox: LocalSandbo
     assert sandbox.read_bytes(script_path) == SCRIPT.encode()
     assert sandbox.read_bytes("work/out.txt").decode().strip() == expected
     assert (sandbox.root_dir / "work" / "hello.py").read_text() == SCRIPT
+
+
+async def test_the_model_reads_one_error_prefix_from_every_tool(sandbox: LocalSandbox) -> None:
+    """deepagents' ls, read_file and glob tools put ``Error: `` before a
+    result's error, the others pass it on: either way the model reads it once."""
+    missing = f"{sandbox.root_dir}/missing"
+    model = ScriptedChatModel(
+        messages=iter(
+            [
+                tool_call("ls", "call-ls", path=missing),
+                tool_call("read_file", "call-read", file_path=f"{missing}/a.txt"),
+                tool_call("glob", "call-glob", pattern="../*", path=str(sandbox.root_dir)),
+                tool_call(
+                    "edit_file", "call-edit", file_path=f"{missing}/a.txt", old_string="a", new_string="b"
+                ),
+                AIMessage(content="Done."),
+            ]
+        )
+    )
+    agent = create_deep_agent(model=model, backend=DeepAgentsBackend(sandbox))
+    result = await agent.ainvoke({"messages": [HumanMessage("look around")]})
+    contents = {m.tool_call_id: str(m.content) for m in result["messages"] if isinstance(m, ToolMessage)}
+    assert set(contents) == {"call-ls", "call-read", "call-glob", "call-edit"}
+    for call_id, content in contents.items():
+        assert content.startswith("Error: ") and "Error: Error" not in content, (call_id, content)

@@ -193,6 +193,12 @@ async def test_execute_reports_a_timeout_and_kills_the_command(backend: DeepAgen
     assert backend.execute("exit 70").exit_code == 70
 
 
+async def test_execute_timeout_zero_means_the_sandbox_default(backend: DeepAgentsBackend) -> None:
+    """deepagents' 0 ("no timeout") is the sandbox's default, as in ``run``: never "expire at once"."""
+    assert (await backend.aexecute("sleep 0.2; echo done", timeout=0)).output == "done\n"
+    assert backend.execute("sleep 0.2; echo done", timeout=0).output == "done\n"
+
+
 def test_read_pages_stay_within_deepagents_output_cap(backend: DeepAgentsBackend, root: str) -> None:
     backend.write(f"{root}/wide.txt", "x" * 600_000 + "\nafter\n")
     first = backend.read(f"{root}/wide.txt")

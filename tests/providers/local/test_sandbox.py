@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_sdk import BaseSandbox, UnmanagedSandboxError
+from sandbox_sdk import BaseSandbox, InvalidArgumentError, UnmanagedSandboxError
 from sandbox_sdk.providers.local import LocalProvider, LocalSandbox
 from sandbox_sdk.testing import SandboxConformanceTests, provided_sandbox
 
@@ -37,3 +37,12 @@ async def test_a_handle_built_without_a_provider_cannot_delete_its_sandbox_async
         async with sandbox:
             await sandbox.awrite("never.txt", "x")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_run_timeout_zero_means_the_default_and_a_negative_one_is_refused(tmp_path: Path) -> None:
+    """One meaning of 0 across run and the deepagents backend: the sandbox's default."""
+    sandbox = LocalSandbox(tmp_path)
+    assert sandbox.run("sleep 0.2; echo done", timeout=0).output == "done\n"
+    assert sandbox.run("echo in", cwd=".", timeout=0).output == "in\n"
+    with pytest.raises(InvalidArgumentError, match="timeout must be seconds > 0"):
+        sandbox.run("true", timeout=-1)
