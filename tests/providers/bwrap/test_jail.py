@@ -22,7 +22,7 @@ import anyio
 import pytest
 
 from sandbox_sdk import errors
-from sandbox_sdk.providers.bwrap import BwrapProvider, BwrapSandbox
+from sandbox_sdk.providers.bwrap import BwrapProvider, BwrapSandbox, _jail
 
 #: Generous: the machine running the tests is shared and loaded.
 PATIENCE = 20.0
@@ -234,3 +234,17 @@ def test_a_sandbox_made_without_a_provider_ends_its_jail_when_collected(tmp_path
     gc.collect()
     assert processes_in(namespace) == []
     assert not jail_dir.exists()
+
+
+def test_an_idle_empty_jail_ends_and_the_next_command_starts_another(
+    provider: BwrapProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_jail, "IDLE_EXIT_SECONDS", 1.0)
+    empty, busy = provider.create(), provider.create()
+    shell(busy, "setsid sleep 600 >/dev/null 2>&1 &")
+    first = jail_pid(provider, empty)
+    empty_namespace, busy_namespace = namespace_of(first), namespace_of(jail_pid(provider, busy))
+    eventually(lambda: processes_in(empty_namespace) == [], "the idle jail still runs")
+    assert len(processes_in(busy_namespace)) == 3  # kept: a process runs in it
+    assert shell(empty, "echo again") == "again\n"
+    assert jail_pid(provider, empty) != first

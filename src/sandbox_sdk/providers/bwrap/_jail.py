@@ -56,6 +56,10 @@ KILL_SECONDS = 5.0
 #: How often a blocked client looks at its cancel flag.
 CANCEL_POLL_SECONDS = 0.1
 LOG_TAIL_BYTES = 2000
+#: A jail with no command for this long and no process left but its server
+#: ends by itself (a sandbox nobody deletes keeps no idle server); the next
+#: command starts a new one.
+IDLE_EXIT_SECONDS = 60.0
 
 
 class Expiry(NamedTuple):
@@ -110,46 +114,42 @@ class JailClient:
             },
             ensure_ascii=False,
         ).encode("utf-8", "surrogateescape")
-        with self._send(HEADER.pack(len(request)) + request, pass_fds) as conn:
-            reader = _FrameReader(conn, time.monotonic() + timeout + REPLY_GRACE_SECONDS, cancelled)
-            try:
-                return self._reply(reader, max_output_bytes)
-            except _Cancelled:
-                self._kill(conn, reader)
-                return ExecuteResponse(output="", exit_code=None)
-            except (EOFError, ConnectionResetError):
-                if not self.directory.exists():
-                    raise errors.SandboxNotFoundError("the sandbox was deleted during the command") from None
-                raise errors.SandboxRuntimeError(
-                    f"the sandbox's jail ended during the command: {self.log_tail()}"
-                ) from None
-            except TimeoutError:  # the jail stopped answering: the command counts as timed out
-                self._kill(conn, reader)
-                return ExecuteResponse(output="", exit_code=TIMEOUT_EXIT_CODE, timed_out=True)
-            except BaseException:
-                self._kill(conn, reader)
-                raise
-
-    def _send(self, request: bytes, pass_fds: Sequence[int]) -> socket.socket:
-        """A connection that carries ``request``. A jail that hangs up before
-        taking the whole request (it ended meanwhile) has not started the
-        command, so the request goes once more to a jail started afresh."""
+        data = HEADER.pack(len(request)) + request
         for _attempt in range(2):
-            conn = self._connect()
-            try:
-                _send_request(conn, request, pass_fds)
-                return conn
-            except (BrokenPipeError, ConnectionResetError):
-                conn.close()
-            except BaseException:
-                conn.close()
-                raise
-        raise errors.SandboxRuntimeError(f"the sandbox's jail refused the command: {self.log_tail()}")
+            with self._connect() as conn:
+                reader = _FrameReader(conn, time.monotonic() + timeout + REPLY_GRACE_SECONDS, cancelled)
+                try:
+                    try:
+                        _send_request(conn, data, pass_fds)
+                        first = reader.frame()
+                    except (BrokenPipeError, ConnectionResetError, EOFError):
+                        continue  # the jail ended before it started the command: send it again
+                    return self._reply(reader, first, max_output_bytes)
+                except _Cancelled:
+                    self._kill(conn, reader)
+                    return ExecuteResponse(output="", exit_code=None)
+                except (EOFError, ConnectionResetError):
+                    if not self.directory.exists():
+                        raise errors.SandboxNotFoundError(
+                            "the sandbox was deleted during the command"
+                        ) from None
+                    raise errors.SandboxRuntimeError(
+                        f"the sandbox's jail ended during the command: {self.log_tail()}"
+                    ) from None
+                except TimeoutError:  # the jail stopped answering: the command counts as timed out
+                    self._kill(conn, reader)
+                    return ExecuteResponse(output="", exit_code=TIMEOUT_EXIT_CODE, timed_out=True)
+                except BaseException:
+                    self._kill(conn, reader)
+                    raise
+        raise errors.SandboxRuntimeError(f"the sandbox's jail refused the command twice: {self.log_tail()}")
 
-    def _reply(self, reader: _FrameReader, max_output_bytes: int) -> ExecuteResponse:
+    @staticmethod
+    def _reply(reader: _FrameReader, first: tuple[bytes, bytes], max_output_bytes: int) -> ExecuteResponse:
+        """The command's output and status, from its first frame on."""
         output = bytearray()
+        kind, payload = first
         while True:
-            kind, payload = reader.frame()
             if kind == b"x":
                 status = json.loads(payload)
                 return ExecuteResponse(
@@ -158,7 +158,9 @@ class JailClient:
                     timed_out=status["timed_out"],
                     truncated=status["truncated"],
                 )
-            output += payload[: max_output_bytes - len(output)]
+            if kind == b"o":
+                output += payload[: max_output_bytes - len(output)]
+            kind, payload = reader.frame()
 
     @staticmethod
     def _kill(conn: socket.socket, reader: _FrameReader) -> None:
@@ -212,6 +214,7 @@ class JailClient:
                 _optional(self.expiry.expires_at),
                 _optional(self.expiry.idle_timeout),
                 "-" if usage_fd < 0 else str(usage_fd),
+                repr(IDLE_EXIT_SECONDS),
             ]
             info_read, info_write = os.pipe()
             stack.callback(os.close, info_read)

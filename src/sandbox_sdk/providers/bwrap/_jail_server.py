@@ -11,9 +11,11 @@ format, all integers big-endian:
   "env", "timeout", "max_output", "fds"}``; descriptors the command inherits
   (a long command's in-memory file) travel with it as ``SCM_RIGHTS``, and
   ``fds`` says which number the command expects each under.
-* reply: frames of a type byte and a 4-byte length: ``o`` output (stdout and
-  stderr merged, at most ``max_output`` bytes in all), then one ``x`` whose
-  JSON is ``{"exit_code", "timed_out", "truncated"}``.
+* reply: frames of a type byte and a 4-byte length: ``s`` just before the
+  command starts (a client that sees the connection end before it knows the
+  command never ran, and may send it again), ``o`` output (stdout and stderr
+  merged, at most ``max_output`` bytes in all), then one ``x`` whose JSON is
+  ``{"exit_code", "timed_out", "truncated"}``.
 * a ``k`` from the client, or its hang-up, kills the command's group (the
   ``x`` frame then follows a ``k``).
 
@@ -24,7 +26,10 @@ group (``setsid``) keeps running until the jail ends. At the
 timeout the group is killed and the exit code is 124. A signal death reads
 128 + N.
 
-The server ends the jail by killing every other process in it (bwrap's PID 1,
+A jail that has had no connection for IDLE_EXIT seconds and runs no
+process but the server ends (so sandboxes nobody deletes do not keep idle
+servers); the next command starts it again. The server ends the jail by
+killing every other process in it (bwrap's PID 1,
 which stays while it has any, then exits, and the kernel tears the PID
 namespace down) and exiting: at the sandbox's expiry, known from
 its TTL deadline and the host's last-used file (an inherited read-only
@@ -33,8 +38,8 @@ of 0 means the sandbox's directory is gone). The host ends it by killing
 bwrap's PID 1; a client that finds the server gone does so before it starts a
 new jail.
 
-Arguments: LISTEN_FD CPU_SECONDS EXPIRES_AT IDLE_TIMEOUT USAGE_FD, ``-`` for
-none. ``CPU_SECONDS`` is set on each command (soft and hard, by bash's
+Arguments: LISTEN_FD CPU_SECONDS EXPIRES_AT IDLE_TIMEOUT USAGE_FD IDLE_EXIT,
+``-`` for none. ``CPU_SECONDS`` is set on each command (soft and hard, by bash's
 ``ulimit -t`` before the command), not on the server, whose CPU time adds up
 over the sandbox's life.
 """
@@ -121,12 +126,34 @@ def kill_group(pgid: int) -> None:
 
 
 class Server:
-    def __init__(self, cpu_seconds: Optional[int]) -> None:
+    def __init__(self, cpu_seconds: Optional[int], idle_exit: float) -> None:
+        self.idle_exit = idle_exit
+        self.lock = threading.Lock()
+        self.active = 0  # connections being served
+        self.last_active = time.monotonic()
         # bash's own ulimit sets soft and hard limit before the command runs
         # (no extra exec; a preexec_fn would be unsafe with threads)
         self.setup = [] if cpu_seconds is None else ["ulimit -t {}".format(cpu_seconds)]
 
     def serve(self, conn: socket.socket) -> None:
+        with self.lock:
+            self.active += 1
+        try:
+            self.serve_one(conn)
+        finally:
+            with self.lock:
+                self.active -= 1
+                self.last_active = time.monotonic()
+
+    def idle_and_empty(self) -> bool:
+        """Nothing to keep the jail for: no connection for ``idle_exit``
+        seconds and no process in it but bwrap's PID 1 and this one."""
+        with self.lock:
+            if self.active or time.monotonic() - self.last_active < self.idle_exit:
+                return False
+        return set(name for name in os.listdir("/proc") if name.isdigit()) <= {"1", str(os.getpid())}
+
+    def serve_one(self, conn: socket.socket) -> None:
         with conn:
             try:
                 request, fds = receive_request(conn)
@@ -143,6 +170,7 @@ class Server:
             ]
             command = "".join(step + "; " for step in setup) + request["command"]
             try:
+                send_frame(conn, b"s", b"")  # before the command can run, so the client may count on it
                 proc = subprocess.Popen(
                     ["bash", "-c", command],
                     stdin=subprocess.DEVNULL,
@@ -243,12 +271,18 @@ def expired(expires_at: Optional[float], idle_timeout: Optional[float], usage_fd
     return usage.st_nlink == 0 or (idle_timeout is not None and now - usage.st_mtime >= idle_timeout)
 
 
-def watch_expiry(expires_at: Optional[float], idle_timeout: Optional[float], usage_fd: Optional[int]) -> None:
-    """Ends the jail once the sandbox has expired: every other process of the
-    jail is killed (bwrap's PID 1 ends once it has none left), then this one."""
-    while not expired(expires_at, idle_timeout, usage_fd):
+def watch(
+    server: Server, expires_at: Optional[float], idle_timeout: Optional[float], usage_fd: Optional[int]
+) -> None:
+    """Ends the jail once the sandbox has expired (every other process of
+    the jail is killed: bwrap's PID 1 ends once it has none left, then this
+    one), or once it has been idle and empty for a while (the next command
+    starts it again)."""
+    while not server.idle_and_empty():
+        if expired(expires_at, idle_timeout, usage_fd):
+            os.kill(-1, signal.SIGKILL)
+            break
         time.sleep(EXPIRY_CHECK_SECONDS)
-    os.kill(-1, signal.SIGKILL)
     os._exit(0)
 
 
@@ -270,11 +304,11 @@ def main(argv: List[str]) -> None:
     expires_at = optional(argv[2], float)
     idle_timeout = optional(argv[3], float)
     usage_fd = optional(argv[4], int)
+    idle_exit = float(argv[5])
     make_undumpable()
     threading.stack_size(THREAD_STACK_BYTES)
-    if expires_at is not None or usage_fd is not None:
-        threading.Thread(target=watch_expiry, args=(expires_at, idle_timeout, usage_fd), daemon=True).start()
-    server = Server(cpu_seconds)
+    server = Server(cpu_seconds, idle_exit)
+    threading.Thread(target=watch, args=(server, expires_at, idle_timeout, usage_fd), daemon=True).start()
     listener = socket.socket(fileno=listen_fd)
     while True:
         try:
