@@ -1,18 +1,20 @@
 """Worker processes: each runs one request at a time, so whatever a request
 starts is a child of one process.
 
-A backend may start a command from any of its threads (bubblewrap starts
-each jail from a short-lived thread with a session keyring of its own), so
-no thread bounds what a request started; a process does. Cancelling a
-request kills the process group of each child of its worker, as the backend
-itself does at a timeout, until the worker answers; the worker then takes
-the next request. Children are found in ``/proc/<pid>/task/*/children``
-(Linux); elsewhere the worker itself is killed, which ends a bubblewrap
-jail (``--die-with-parent``) but not an unisolated local command.
+A backend may start a command from any of its threads, so no thread
+bounds what a request started; a process does. Cancelling a request kills
+the process group of each child of its worker, as the backend itself does at
+a timeout, until the worker answers; the worker then takes the next request.
+Children are found in ``/proc/<pid>/task/*/children`` (Linux). A command
+that is not the worker's child (a bubblewrap sandbox's jail runs it, the
+worker only holds a connection to the jail) and still runs after
+``WORKER_KILL_POLLS`` rounds, or one where Linux's list is missing, is ended
+by killing the worker itself: the jail sees the connection drop and kills
+the command's group (an unisolated local command is a child, killed above).
 
 Workers fork from a fork server that has imported the backend (a few
 milliseconds each), wait idle for reuse, and die with the runner
-(``PR_SET_PDEATHSIG``), taking their jails with them.
+(``PR_SET_PDEATHSIG``), which hangs up on their commands.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ from sandbox_sdk.runner.operations import Operations
 
 #: How often a cancelled request's worker is checked for children to kill.
 KILL_POLL_SECONDS = 0.05
+#: Rounds of killing children after which a cancelled request's worker that
+#: has not answered is killed itself.
+WORKER_KILL_POLLS = 4
 PR_SET_PDEATHSIG = 1
 
 #: A response's fields (``ok`` and ``result`` or ``error``) and its body.
@@ -89,8 +94,12 @@ class Workers:
         try:
             return await asyncio.shield(call)
         except asyncio.CancelledError:
+            polls = 0
             while not call.done():
                 worker.kill_children()
+                if polls == WORKER_KILL_POLLS:
+                    worker.kill()
+                polls += 1
                 await asyncio.wait([call], timeout=KILL_POLL_SECONDS)
             if not call.cancelled():
                 call.exception()  # retrieved: the caller was cancelled, the outcome is moot
@@ -131,11 +140,15 @@ class _Worker:
         assert self._process.pid is not None
         children = process_children(self._process.pid)
         if children is None:
-            self.broken = True
-            self._process.kill()
+            self.kill()
             return
         for pid in children:
             kill_group(pid)
+
+    def kill(self) -> None:
+        """End the worker (not reused), and with it every connection it holds."""
+        self.broken = True
+        self._process.kill()
 
     def stop(self) -> None:
         self._connection.close()
