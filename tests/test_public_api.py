@@ -124,6 +124,7 @@ reveal_type(get_provider("daytona"))
 reveal_type(get_provider("e2b"))
 reveal_type(get_provider("modal").get_or_create(labels={"thread": "1"}))
 reveal_type(get_provider())
+get_provider("local").create(ttl=600, idle_timeout="an hour")
 """
 REVEALED = [
     "sandbox_sdk.providers.bwrap.provider.BwrapProvider",
@@ -139,7 +140,7 @@ REVEALED = [
 
 def test_get_provider_is_typed_per_name_for_mypy_users(tmp_path: Path) -> None:
     """mypy --strict, with no expression of type Any allowed, on a user's
-    snippet outside the repository."""
+    snippet outside the repository: the one error is the mistyped lifetime."""
     (tmp_path / "snippet.py").write_text(SNIPPET)
     result = subprocess.run(
         [
@@ -159,5 +160,8 @@ def test_get_provider_is_typed_per_name_for_mypy_users(tmp_path: Path) -> None:
         text=True,
         timeout=300,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert re.findall(r'Revealed type is "([^"]+)"', result.stdout) == REVEALED
+    assert re.findall(r'Revealed type is "([^"]+)"', result.stdout) == REVEALED, result.stdout + result.stderr
+    # The lifetime every provider takes is typed; provider options are not.
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1 and errors[0].startswith("snippet.py:11:"), result.stdout
+    assert 'Argument "idle_timeout"' in errors[0] and "[arg-type]" in errors[0]

@@ -124,6 +124,13 @@ class Listing:
         return page.items
 
 
+def with_lifetime(options: dict[str, Any], ttl: float | None, idle_timeout: float | None) -> dict[str, Any]:
+    """``options`` with the lifetime every provider takes, where one is given
+    (an absent one is the provider's default, as ``None`` is)."""
+    given = {"ttl": ttl, "idle_timeout": idle_timeout}
+    return {**options, **{key: value for key, value in given.items() if value is not None}}
+
+
 def locked(labels: Mapping[str, str], flow: Flow[T]) -> Flow[T]:
     """``flow`` under the label lock, released however it ends."""
     held = yield Lock(labels)
@@ -190,9 +197,21 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
         yield Delete(sandbox_id)
         lifecycle_log.info("%s: deleted sandbox %s", self.name, sandbox_id)
 
-    def _op_create(self, *, labels: Mapping[str, str] | None = None, **options: Any) -> Flow[SandboxT]:
+    def _op_create(
+        self,
+        *,
+        labels: Mapping[str, str] | None = None,
+        ttl: float | None = None,
+        idle_timeout: float | None = None,
+        **options: Any,
+    ) -> Flow[SandboxT]:
         """A new sandbox, checked alive; deleted again if the check fails.
-        ``with provider.create() as sandbox:`` deletes it on leaving the block."""
+        ``with provider.create() as sandbox:`` deletes it on leaving the block.
+
+        Every provider takes ``ttl`` (seconds from creation) and
+        ``idle_timeout`` (seconds unused; ``None``: the provider's default);
+        ``options`` are the provider's own (docs/lifecycle.md)."""
+        options = with_lifetime(options, ttl, idle_timeout)
         sandbox: SandboxT = yield Create(dict(labels or {}), options)
         lifecycle_log.info("%s: created sandbox %s labels=%s", self.name, sandbox.id, dict(labels or {}))
         try:
@@ -206,11 +225,19 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
         return sandbox
 
     def _op_get_or_create(
-        self, *, sandbox_id: str | None = None, labels: Mapping[str, str] | None = None, **options: Any
+        self,
+        *,
+        sandbox_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        ttl: float | None = None,
+        idle_timeout: float | None = None,
+        **options: Any,
     ) -> Flow[SandboxT]:
         """With ``sandbox_id``: that sandbox, or ``SandboxNotFoundError`` (never a
         new one). With ``labels``: a live sandbox carrying exactly those labels,
-        or a new one with them. With neither: a new sandbox."""
+        or a new one with them. With neither: a new sandbox. ``ttl``,
+        ``idle_timeout`` and ``options`` are for a new one, as in ``create``."""
+        options = with_lifetime(options, ttl, idle_timeout)
         if sandbox_id is not None:
             return (yield from self._get_live(sandbox_id))
         if not labels:

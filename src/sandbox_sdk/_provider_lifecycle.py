@@ -48,30 +48,72 @@ class ProviderLifecycle(LifecycleFlows[SandboxT]):
         not exist succeeds."""
         return await self._adrive(self._op_delete(sandbox_id))
 
-    def create(self, *, labels: Mapping[str, str] | None = None, **options: Any) -> SandboxT:
+    def create(
+        self,
+        *,
+        labels: Mapping[str, str] | None = None,
+        ttl: float | None = None,
+        idle_timeout: float | None = None,
+        **options: Any,
+    ) -> SandboxT:
         """A new sandbox, checked alive; deleted again if the check fails.
-        ``with provider.create() as sandbox:`` deletes it on leaving the block."""
-        return self._drive(self._op_create(labels=labels, **options))
+        ``with provider.create() as sandbox:`` deletes it on leaving the block.
 
-    async def acreate(self, *, labels: Mapping[str, str] | None = None, **options: Any) -> SandboxT:
+        Every provider takes ``ttl`` (seconds from creation) and
+        ``idle_timeout`` (seconds unused; ``None``: the provider's default);
+        ``options`` are the provider's own (docs/lifecycle.md)."""
+        return self._drive(self._op_create(labels=labels, ttl=ttl, idle_timeout=idle_timeout, **options))
+
+    async def acreate(
+        self,
+        *,
+        labels: Mapping[str, str] | None = None,
+        ttl: float | None = None,
+        idle_timeout: float | None = None,
+        **options: Any,
+    ) -> SandboxT:
         """Async twin of :meth:`create`: a new sandbox, checked alive; deleted
         again if the check fails. ``with provider.create() as sandbox:`` deletes
         it on leaving the block."""
-        return await self._adrive(self._op_create(labels=labels, **options))
+        return await self._adrive(
+            self._op_create(labels=labels, ttl=ttl, idle_timeout=idle_timeout, **options)
+        )
 
     def get_or_create(
-        self, *, sandbox_id: str | None = None, labels: Mapping[str, str] | None = None, **options: Any
+        self,
+        *,
+        sandbox_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        ttl: float | None = None,
+        idle_timeout: float | None = None,
+        **options: Any,
     ) -> SandboxT:
         """With ``sandbox_id``: that sandbox, or ``SandboxNotFoundError`` (never a
         new one). With ``labels``: a live sandbox carrying exactly those labels,
-        or a new one with them. With neither: a new sandbox."""
-        return self._drive(self._op_get_or_create(sandbox_id=sandbox_id, labels=labels, **options))
+        or a new one with them. With neither: a new sandbox. ``ttl``,
+        ``idle_timeout`` and ``options`` are for a new one, as in ``create``."""
+        return self._drive(
+            self._op_get_or_create(
+                sandbox_id=sandbox_id, labels=labels, ttl=ttl, idle_timeout=idle_timeout, **options
+            )
+        )
 
     async def aget_or_create(
-        self, *, sandbox_id: str | None = None, labels: Mapping[str, str] | None = None, **options: Any
+        self,
+        *,
+        sandbox_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        ttl: float | None = None,
+        idle_timeout: float | None = None,
+        **options: Any,
     ) -> SandboxT:
         """Async twin of :meth:`get_or_create`: with ``sandbox_id``: that sandbox,
         or ``SandboxNotFoundError`` (never a new one). With ``labels``: a live
         sandbox carrying exactly those labels, or a new one with them. With
-        neither: a new sandbox."""
-        return await self._adrive(self._op_get_or_create(sandbox_id=sandbox_id, labels=labels, **options))
+        neither: a new sandbox. ``ttl``, ``idle_timeout`` and ``options`` are
+        for a new one, as in ``create``."""
+        return await self._adrive(
+            self._op_get_or_create(
+                sandbox_id=sandbox_id, labels=labels, ttl=ttl, idle_timeout=idle_timeout, **options
+            )
+        )

@@ -63,7 +63,7 @@ def test_runner_owner_settings_are_refused_and_client_options_pass(local_url: st
         with pytest.raises(errors.InvalidArgumentError, match="runner owner"):
             provider.create(network=True)
         with pytest.raises(errors.InvalidArgumentError, match="JSON"):
-            provider.create(ttl=object())
+            provider.create(ttl=object())  # type: ignore[arg-type]  # a wrong type, refused at run time
         labels = {"test": secrets.token_hex(4)}
         sandbox = provider.create(labels=labels, ttl=600, setup="echo set up > ready.txt")
         try:
