@@ -45,6 +45,8 @@ class Twins:
     drive: str = "_drive"
     adrive: str = "_adrive"
     source_root: str = "src"  # where the package tree starts, for the module name of ``declarations``
+    #: ``(name, async name)`` for twins that cannot be ``a<name>`` (``await`` is a keyword).
+    async_names: tuple[tuple[str, str], ...] = ()
 
 
 ENTRIES = [
@@ -76,6 +78,21 @@ with its async twin, run from the flows of :class:`LifecycleFlows`.""",
         module_docstring="""The derived lifecycle operations of ``SandboxProvider``: ``is_alive``,
 ``create`` and ``get_or_create``, each with an async twin prefixed ``a``,
 from the flows declared in ``sandbox_sdk._provider_flows``.""",
+    ),
+    Twins(
+        declarations="src/sandbox_sdk/_process.py",
+        declaring_class="ProcessOperations",
+        output="src/sandbox_sdk/process.py",
+        generated_class="Process",
+        docstring="""A background command in a sandbox, from ``BaseSandbox.start`` or
+``BaseSandbox.process(pid)``: ``pid`` (also its process group's id),
+``command``, and ``poll``, ``read``, ``wait``, ``kill`` with their async
+twins ``apoll``, ``aread``, ``await_``, ``akill``. Its state lives in the
+sandbox, so any client can reattach to it. See docs/processes.md.""",
+        module_docstring="""``Process``: a background command in a sandbox, with async twins
+(``apoll``, ``aread``, ``await_``, ``akill``), from the operations
+declared in ``sandbox_sdk._process``.""",
+        async_names=(("wait", "await_"),),
     ),
 ]
 
@@ -269,19 +286,20 @@ def generate(entry: Twins, root: Path = ROOT) -> str:
         f"class {entry.generated_class}({bases}):",
         f'    """{textwrap.indent(entry.docstring, "    ").lstrip()}\n    """',
     ]
-    methods = [_twins(entry, operation) for operation in operations]
+    methods = [_twins(entry, operation, dict(entry.async_names)) for operation in operations]
     return _formatted("\n".join(header) + "".join(methods), root / entry.output)
 
 
-def _twins(entry: Twins, op: Operation) -> str:
+def _twins(entry: Twins, op: Operation, async_names: dict[str, str]) -> str:
     call = f"self.{entry.prefix}{op.name}({op.arguments})"
+    async_name = async_names.get(op.name, f"a{op.name}")
     result = op.written(op.result)
     return f"""
     def {op.name}({op.parameters}) -> {result}:
         {op.docstring}
         return self.{entry.drive}({call})
 
-    async def a{op.name}({op.parameters}) -> {result}:
+    async def {async_name}({op.parameters}) -> {result}:
         {op.async_docstring()}
         return await self.{entry.adrive}({call})
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Generator
 from typing import Any
 
@@ -111,3 +112,60 @@ async def test_clean_up_after_a_cancellation_runs_shielded() -> None:
         await started.wait()
         group.cancel_scope.cancel()
     assert performed == ["open", "done open", "write a", "remove", "done remove"]
+
+
+def counting(events: deque[int]) -> Generator[str, Any, None]:
+    """Three polls, an event per reply; interrupted, it yields a kill first."""
+    try:
+        for n in range(3):
+            events.append((yield f"poll {n}"))
+    except BaseException as exc:
+        if can_clean_up(exc):
+            yield "kill"
+        raise
+
+
+def test_iterate_hands_over_events_as_the_operation_goes() -> None:
+    events: deque[int] = deque()
+    script = Script(10, 11, 12)
+    seen = []
+    for event in kernel.iterate(counting(events), script, events):
+        seen.append((event, len(script.requests)))
+    assert seen == [(10, 1), (11, 2), (12, 3)]  # each before the next request was performed
+
+
+def test_closing_an_iteration_early_performs_the_clean_up() -> None:
+    events: deque[int] = deque()
+    script = Script(10, 11, "killed")
+    iterator = kernel.iterate(counting(events), script, events)
+    assert next(iterator) == 10
+    iterator.close()
+    assert script.requests == ["poll 0", "kill"]  # poll 1 was never performed
+
+
+async def test_closing_an_async_iteration_early_performs_the_clean_up_shielded() -> None:
+    events: deque[int] = deque()
+    script = Script(10, "killed")
+    iterator = kernel.aiterate(counting(events), script.acall, events)
+    with anyio.CancelScope() as scope:
+        assert await iterator.__anext__() == 10
+        scope.cancel()
+        await iterator.aclose()  # in a cancelled scope: the kill still runs
+    assert script.requests == ["poll 0", "kill"]
+
+
+async def test_a_cancelled_async_iteration_cleans_up_shielded() -> None:
+    events: deque[int] = deque()
+
+    async def perform(request: str) -> Any:
+        performed.append(request)
+        if request == "poll 1":
+            await anyio.sleep(10)
+        await anyio.sleep(0)
+        return 1
+
+    performed: list[str] = []
+    with anyio.move_on_after(0.1):
+        async for _ in kernel.aiterate(counting(events), perform, events):
+            pass
+    assert performed == ["poll 0", "poll 1", "kill"]

@@ -1,7 +1,7 @@
 """sandbox-sdk: a safe place for AI agents and applications to run code.
 
 A provider implements one method, :meth:`BaseSandbox.execute`; everything
-else (files, search, transfers) is derived from it.
+else (files, search, transfers, processes) is derived from it.
 """
 
 from sandbox_sdk.base import BaseSandbox
@@ -15,6 +15,7 @@ from sandbox_sdk.errors import (
     InvalidPathError,
     NotTextFileError,
     OutputLimitExceededError,
+    ProcessNotFoundError,
     ProviderUnavailableError,
     RateLimitedError,
     SandboxError,
@@ -40,11 +41,16 @@ from sandbox_sdk.models import (
     GlobResult,
     GrepMatch,
     GrepResult,
+    ProcessInfo,
+    ProcessOutput,
     ReadResult,
+    RunResult,
     SandboxInfo,
     SandboxPage,
+    StreamEvent,
     WriteResult,
 )
+from sandbox_sdk.process import Process
 from sandbox_sdk.provider import SandboxProvider, available_providers, get_provider
 from sandbox_sdk.providers.bwrap import ResourceLimits
 from sandbox_sdk.transfer import TransferResults
@@ -70,10 +76,15 @@ __all__ = [
     "InvalidPathError",
     "NotTextFileError",
     "OutputLimitExceededError",
+    "Process",
+    "ProcessInfo",
+    "ProcessNotFoundError",
+    "ProcessOutput",
     "ProviderUnavailableError",
     "RateLimitedError",
     "ReadResult",
     "ResourceLimits",
+    "RunResult",
     "SandboxError",
     "SandboxFileExistsError",
     "SandboxFileNotFoundError",
@@ -86,6 +97,7 @@ __all__ = [
     "SandboxProvider",
     "SandboxRuntimeError",
     "SandboxTimeoutError",
+    "StreamEvent",
     "TransferFailedError",
     "TransferResults",
     "UnmanagedSandboxError",

@@ -4,8 +4,9 @@ decoding the reply.
 - :class:`ScriptCall` runs an operation of an in-sandbox script and decodes
   its result frame into ``(value, blobs)``; :class:`LazyScriptCall` leaves
   the blobs base64 until the caller takes them in.
-- :class:`RunCall` is the ``run`` script, which becomes the user's command:
-  the reply is that command's own ``ExecuteResponse``.
+- :class:`CommandCall` runs the user's command in a script (``run``): it
+  gets the provider's default timeout, as ``execute`` does, and a response
+  the provider cut at its timeout is its reply (``None``), not an error.
 - :class:`ShellCall` is a user's command run as given.
 
 A call is typed by its reply: ``reply = yield from call`` inside an operation
@@ -42,7 +43,9 @@ if TYPE_CHECKING:
     from sandbox_sdk.remote.glob import GlobReply
     from sandbox_sdk.remote.grep import GrepReply
     from sandbox_sdk.remote.ls import LsReply
+    from sandbox_sdk.remote.proc import FollowReply, ProcessesReply, SignalReply, SpawnReply
     from sandbox_sdk.remote.read import ReadReply
+    from sandbox_sdk.remote.run import RunReply
     from sandbox_sdk.remote.write import LandedReply, PutManyReply, SettledReply, SizeReply, StageReply
 
 R = TypeVar("R")
@@ -206,15 +209,16 @@ class LazyScriptCall(_ScriptedCall[tuple[V, list[LazyBlob]]]):
 
 
 @dataclass(frozen=True)
-class RunCall(_ScriptedCall[ExecuteResponse]):
-    """The ``run`` script, which becomes the user's command: the reply is
-    that command's response, a frame only reports a failed set-up."""
+class CommandCall(_ScriptedCall["Reply[V] | None"]):
+    """A script that runs the user's command: without a timeout it gets the
+    provider's default, and a response the provider cut at its timeout (the
+    script killed before it could report) is ``None``."""
 
-    op: str = "run"
-    what: str = "run"
-
-    def decode(self, response: ExecuteResponse, nonce: str) -> ExecuteResponse:
-        return protocol.passthrough_result(response, nonce, self.what)
+    def decode(self, response: ExecuteResponse, nonce: str) -> Reply[V] | None:
+        if response.timed_out:
+            return None
+        value, blobs = protocol.parse_result(response, nonce, self.what)
+        return cast(V, value), blobs
 
     def timeout_or(self, default: float) -> float | None:
         return self.timeout
@@ -237,13 +241,19 @@ class Script(Generic[V]):
     ) -> ScriptCall[V]:
         return ScriptCall(self.op, args, blobs, what, timeout)
 
+    def command(
+        self, args: Mapping[str, Any], blobs: Sequence[bytes] = (), *, what: str, timeout: float | None
+    ) -> CommandCall[V]:
+        """The call that runs a user's command (see :class:`CommandCall`)."""
+        return CommandCall(self.op, args, blobs, what, timeout)
+
     def lazy(self, args: Mapping[str, Any], *, what: str) -> LazyScriptCall[V]:
         """The call with its blobs left undecoded (see :class:`LazyScriptCall`)."""
         return LazyScriptCall(self.op, args, (), what)
 
 
 # The operations of remote/ls.py, read.py, get.py, write.py, edit.py, fs.py,
-# glob.py, grep.py and archive.py (run.py's is RunCall), each typed by its reply.
+# glob.py, grep.py, archive.py, run.py and proc.py, each typed by its reply.
 LS: Script[LsReply] = Script("ls")
 STAT: Script[Entry] = Script("stat")
 READ: Script[ReadReply] = Script("read")
@@ -264,6 +274,12 @@ GREP: Script[GrepReply] = Script("grep")
 CREATE_ARCHIVE: Script[CreateReply] = Script("create")
 EXTRACT_ARCHIVE: Script[ExtractReply] = Script("extract")
 ARCHIVE_EXTRACTED: Script[LandedReply] = Script("extracted")
+RUN: Script[RunReply] = Script("run")
+SPAWN: Script[SpawnReply] = Script("spawn")
+FOLLOW: Script[FollowReply] = Script("follow")
+SIGNAL: Script[SignalReply] = Script("signal")
+PROCESSES: Script[ProcessesReply] = Script("processes")
+FORGET: Script[Empty] = Script("forget")
 
 
 # -- replies decoded into results ------------------------------------------------------

@@ -170,6 +170,13 @@ class SandboxCore(SandboxHandle):
     scratch_dir: str = "/tmp"
     #: Round trips an async transfer keeps in flight at once.
     transfer_concurrency: int = 4
+    #: Longest a poll of a background process waits in the sandbox for output
+    #: or the exit (see docs/processes.md): a quiet process costs one round trip per this many seconds.
+    process_poll_wait: float = 2.0
+    #: How long a poll that found output lingers to gather more: it starts at
+    #: the minimum and doubles while output keeps coming, up to the maximum.
+    process_linger_min: float = 0.02
+    process_linger_max: float = 0.5
 
     @property
     @abstractmethod

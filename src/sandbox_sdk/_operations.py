@@ -17,11 +17,14 @@ paged in as few round trips as the budgets allow; the transfers live in
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
+from collections import deque
+from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Mapping, Sequence
+from typing import Any, BinaryIO, TypeVar
 
+from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors, protocol
 from sandbox_sdk._calls import (
     DELETE,
@@ -32,11 +35,13 @@ from sandbox_sdk._calls import (
     LS,
     MKDIR,
     READ,
+    RUN,
+    SPAWN,
     STAT,
     WRITE,
     Call,
-    RunCall,
-    ShellCall,
+    Reply,
+    Script,
     check_command,
     file_info,
     glob_result,
@@ -57,18 +62,35 @@ from sandbox_sdk._core import (
     to_bytes,
 )
 from sandbox_sdk._kernel import can_clean_up
+from sandbox_sdk._process import (
+    Collected,
+    Command,
+    Decoders,
+    Follower,
+    OutputSink,
+    end_quietly,
+    forget,
+    list_processes,
+    pieces,
+    spawn_args,
+)
 from sandbox_sdk.models import (
+    TIMEOUT_EXIT_CODE,
     DirectoryTransferResult,
     EditResult,
-    ExecuteResponse,
     FileDownloadResponse,
     FileInfo,
     FileUploadResponse,
     GlobResult,
     GrepResult,
+    ProcessInfo,
     ReadResult,
+    RunResult,
+    StreamEvent,
+    StreamName,
     WriteResult,
 )
+from sandbox_sdk.process import Process
 from sandbox_sdk.transfer import Progress, TransferResults, UploadSource
 from sandbox_sdk.transfer._batch import download_files, upload_files
 from sandbox_sdk.transfer._directories import SymlinkPolicy, download_dir, upload_dir
@@ -76,10 +98,8 @@ from sandbox_sdk.transfer._download import download, download_to
 from sandbox_sdk.transfer._sources import Tally
 from sandbox_sdk.transfer._staging import COMMIT_REFUSED, discard, remove_staged, stage
 
-if TYPE_CHECKING:
-    pass
-
 R = TypeVar("R")
+V = TypeVar("V")
 
 #: Default cap of ``read_bytes``: the whole file is held in memory.
 DEFAULT_MAX_READ_BYTES = 64 * 1024 * 1024
@@ -90,7 +110,7 @@ GREP_LINE_BYTES = 1000
 class SandboxOperations(SandboxCore):
     """The operations of :class:`~sandbox_sdk.BaseSandbox`, one declaration each."""
 
-    # -- run ---------------------------------------------------------------------
+    # -- run / start / processes ---------------------------------------------------
 
     def _op_run(
         self,
@@ -100,23 +120,105 @@ class SandboxOperations(SandboxCore):
         env: Mapping[str, str] | None = None,
         stdin: str | bytes | None = None,
         timeout: float | None = None,
-    ) -> Operation[ExecuteResponse]:
-        """``execute`` with a working directory, extra environment variables and
-        stdin (any size, binary-safe), applied by wrapping the command.
-        ``timeout`` in seconds; ``None`` or ``0`` mean the sandbox's default."""
-        encoded = check_command(command)
-        timeout = check_timeout(timeout)
-        if cwd is None and not env and stdin is None:
-            return (yield from ShellCall(command, timeout))
-        args = _run_args(encoded, cwd, env)
-        if stdin is None:
-            return (yield from RunCall(args=args, timeout=timeout))
-        data = to_bytes("stdin", stdin)
-        if self._fits("run", {**args, "stdin": 0}, len(data)):
-            return (yield from RunCall(args={**args, "stdin": 0}, blobs=[data], timeout=timeout))
-        staged = scratch_path(self, "stdin")  # the run script opens and removes it
-        yield from stage(self, staged, io.BytesIO(data))
-        return (yield from _consuming(RunCall(args={**args, "stdin": staged}, timeout=timeout), [staged]))
+        on_stdout: Callable[[str], object] | None = None,
+        on_stderr: Callable[[str], object] | None = None,
+    ) -> Operation[RunResult]:
+        """Run a command to its end, with its stdout and stderr kept apart
+        (``output`` has both, in arrival order), in ``cwd``, with ``env``
+        added and ``stdin`` (any size, binary-safe). Exit status: the
+        command's, 128+N if signal N killed it, 124 with ``timed_out`` at
+        ``timeout`` (seconds; ``None`` or ``0``: the sandbox's default). One
+        round trip; with ``on_stdout`` / ``on_stderr``, which are called with
+        text as it arrives, the command runs detached and is followed by long
+        polls (docs/processes.md)."""
+        spec = command_of(command, cwd, env, stdin, timeout)
+        if on_stdout is None and on_stderr is None:
+            return (yield from _run_foreground(self, spec))
+        return (yield from self._stream_command(spec, _text_sink(on_stdout, on_stderr)))
+
+    def _op_start(
+        self,
+        command: str,
+        *,
+        cwd: PathArg | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | bytes | None = None,
+    ) -> Operation[Process]:
+        """Start a background command that outlives the call, in a process
+        group of its own, its output kept in the sandbox; the
+        :class:`~sandbox_sdk.process.Process` reads, waits for and kills it
+        (from any client: see :meth:`process`)."""
+        spec = command_of(command, cwd, env, stdin, None)
+        pid = yield from spawn(self, spec)
+        return Process(self, pid, command)
+
+    def _op_processes(self) -> Operation[list[ProcessInfo]]:
+        """The background processes this sandbox knows, running or ended
+        (records of processes that ended more than a day ago are removed)."""
+        return (yield from list_processes(self))
+
+    def _op_process(self, pid: int) -> Operation[Process]:
+        """Reattach to a background process by its pid, from any client of the
+        sandbox; :class:`~sandbox_sdk.errors.ProcessNotFoundError` if unknown."""
+        (info,) = yield from list_processes(self, pid)
+        return Process(self, info.pid, info.command)
+
+    def stream(
+        self,
+        command: str,
+        *,
+        cwd: PathArg | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | bytes | None = None,
+        timeout: float | None = None,
+    ) -> Generator[StreamEvent, None, None]:
+        """Run a command, yielding its output as ``stdout`` / ``stderr``
+        events while it runs, then one ``exit`` event. Leaving the loop early
+        kills the command."""
+        events: deque[StreamEvent] = deque()
+        spec = command_of(command, cwd, env, stdin, timeout)
+        return kernel.iterate(_stream(self, spec, events), self._perform, events)
+
+    async def astream(
+        self,
+        command: str,
+        *,
+        cwd: PathArg | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | bytes | None = None,
+        timeout: float | None = None,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """Async twin of :meth:`stream` (``async for event in sandbox.astream(...)``).
+        Close it if you leave the loop early (``contextlib.aclosing``), so the
+        command is killed at once rather than when the iterator is collected."""
+        events: deque[StreamEvent] = deque()
+        spec = command_of(command, cwd, env, stdin, timeout)
+        iterator = kernel.aiterate(_stream(self, spec, events), self._aperform, events)
+        async with contextlib.aclosing(iterator):
+            async for event in iterator:
+                yield event
+
+    def _stream_command(
+        self, command: Command, sink: OutputSink, *, keep_output: bool = True
+    ) -> Operation[RunResult]:
+        """The hook behind ``run`` with callbacks and ``stream``: run
+        ``command`` to its end, handing each piece of output to ``sink`` as it
+        arrives; the result holds the output too (up to ``max_output_bytes``)
+        unless ``keep_output`` is false (``stream`` needs only the exit). By
+        default the command runs detached and is followed by long polls; a
+        provider whose platform streams a command's output overrides this
+        with its own requests (and gets no polling). Interrupted, it must kill
+        what it started before the interruption goes on."""
+        pid = yield from spawn(self, command)
+        try:
+            keep = self.max_output_bytes if keep_output else 0
+            result = yield from Follower(self, pid).to_end(sink, keep=keep)
+        except BaseException as exc:
+            if can_clean_up(exc):
+                yield from end_quietly(self, pid)
+            raise
+        yield from forget(self, pid)
+        return result
 
     # -- ls / stat -------------------------------------------------------------------
 
@@ -358,16 +460,109 @@ class SandboxOperations(SandboxCore):
         return download_dir(self, remote_dir, local_dir, progress, exclude=exclude, symlinks=symlinks)
 
 
-def _run_args(command: bytes, cwd: PathArg | None, env: Mapping[str, str] | None) -> dict[str, Any]:
-    args: dict[str, Any] = {"command": protocol.encode_path(command)}
+def command_of(
+    command: str,
+    cwd: PathArg | None,
+    env: Mapping[str, str] | None,
+    stdin: str | bytes | None,
+    timeout: object,
+) -> Command:
+    """A user's command checked whole before any round trip."""
+    check_command(command)
     if cwd is not None:
-        args["cwd"] = check_path(cwd, "cwd")
-    if env:
+        check_path(cwd, "cwd")
+    if env is not None:
+        for key, value in env.items():
+            _env_key(key)
+            _env_value(key, value)
+    data = None if stdin is None else to_bytes("stdin", stdin)
+    return Command(command, cwd, env, data, check_timeout(timeout))
+
+
+def _run_args(command: Command) -> dict[str, Any]:
+    args: dict[str, Any] = {"command": protocol.encode_path(command.command.encode("utf-8"))}
+    if command.cwd is not None:
+        args["cwd"] = check_path(command.cwd, "cwd")
+    if command.env:
         args["env"] = {
             protocol.encode_path(_env_key(key)): protocol.encode_path(_env_value(key, value))
-            for key, value in env.items()
+            for key, value in command.env.items()
         }
     return args
+
+
+def command_call(
+    sandbox: SandboxCore, script: Script[V], command: Command, args: dict[str, Any], *, timeout: float | None
+) -> Operation[Reply[V] | None]:
+    """A script call that runs ``command`` (with ``args`` of its own), its
+    stdin in the command or, when too large for one, staged first."""
+    args = {**args, **_run_args(command)}
+    what = script.op
+    if command.stdin is None:
+        return (yield from script.command(args, what=what, timeout=timeout))
+    if sandbox._fits(script.op, {**args, "stdin": 0}, len(command.stdin)):
+        return (yield from script.command({**args, "stdin": 0}, [command.stdin], what=what, timeout=timeout))
+    staged = scratch_path(sandbox, "stdin")  # the script opens and removes it
+    yield from stage(sandbox, staged, io.BytesIO(command.stdin))
+    call = script.command({**args, "stdin": staged}, what=what, timeout=timeout)
+    return (yield from _consuming(call, [staged]))
+
+
+#: Seconds a foreground ``run`` with a timeout has beyond it to report (the
+#: script kills the command at the timeout itself, and keeps its output).
+RUN_REPORT_SECONDS = 10.0
+
+
+def _run_foreground(sandbox: SandboxCore, command: Command) -> Operation[RunResult]:
+    """``run`` in one round trip: the script captures both streams."""
+    args = {"budget": sandbox._result_budget(), "timeout": command.timeout}
+    timeout = None if command.timeout is None else command.timeout + RUN_REPORT_SECONDS
+    reply = yield from command_call(sandbox, RUN, command, args, timeout=timeout)
+    if reply is None:  # the provider's own timeout cut the script short
+        return RunResult(output="", exit_code=TIMEOUT_EXIT_CODE, timed_out=True)
+    value, blobs = reply
+    collected = Collected(len(blobs[0]) + len(blobs[1]))
+    for stream, data in pieces(value["order"], blobs):
+        collected.add(stream, data)
+    return collected.result(value["exit_code"], value["timed_out"], truncated=value["truncated"])
+
+
+def spawn(sandbox: SandboxCore, command: Command) -> Operation[int]:
+    """Start ``command`` detached (``remote/proc.py``'s ``spawn``); its pid."""
+    args = {**spawn_args(sandbox), "timeout": command.timeout}
+    reply = yield from command_call(sandbox, SPAWN, command, args, timeout=CLEANUP_TIMEOUT)
+    if reply is None:
+        raise errors.SandboxTimeoutError("starting the process timed out")
+    return reply[0]["pid"]
+
+
+def _text_sink(
+    on_stdout: Callable[[str], object] | None, on_stderr: Callable[[str], object] | None
+) -> OutputSink:
+    """The sink that hands each stream's text to its callback."""
+    decoders = Decoders()
+    callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+
+    def sink(stream: StreamName, data: bytes) -> None:
+        callback = callbacks[stream]
+        text = decoders.text(stream, data)
+        if callback is not None and text:
+            callback(text)
+
+    return sink
+
+
+def _stream(sandbox: SandboxOperations, command: Command, events: deque[StreamEvent]) -> Operation[None]:
+    """``stream``'s operation: the events go to ``events`` as they come."""
+    decoders = Decoders()
+
+    def sink(stream: StreamName, data: bytes) -> None:
+        text = decoders.text(stream, data)
+        if text:
+            events.append(StreamEvent(kind=stream, text=text))
+
+    result = yield from sandbox._stream_command(command, sink, keep_output=False)
+    events.append(StreamEvent(kind="exit", exit_code=result.exit_code, timed_out=result.timed_out))
 
 
 def _env_key(key: object) -> bytes:

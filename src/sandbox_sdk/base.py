@@ -11,7 +11,7 @@ prefixed ``a``, from the operations declared in ``sandbox_sdk._operations``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import BinaryIO
 
 from sandbox_sdk._core import PathArg
@@ -19,15 +19,17 @@ from sandbox_sdk._operations import DEFAULT_MAX_READ_BYTES, SandboxOperations
 from sandbox_sdk.models import (
     DirectoryTransferResult,
     EditResult,
-    ExecuteResponse,
     FileDownloadResponse,
     FileInfo,
     FileUploadResponse,
     GlobResult,
     GrepResult,
+    ProcessInfo,
     ReadResult,
+    RunResult,
     WriteResult,
 )
+from sandbox_sdk.process import Process
 from sandbox_sdk.transfer import Progress, TransferResults, UploadSource
 from sandbox_sdk.transfer._directories import SymlinkPolicy
 
@@ -48,11 +50,28 @@ class BaseSandbox(SandboxOperations):
         env: Mapping[str, str] | None = None,
         stdin: str | bytes | None = None,
         timeout: float | None = None,
-    ) -> ExecuteResponse:
-        """``execute`` with a working directory, extra environment variables and
-        stdin (any size, binary-safe), applied by wrapping the command.
-        ``timeout`` in seconds; ``None`` or ``0`` mean the sandbox's default."""
-        return self._drive(self._op_run(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout))
+        on_stdout: Callable[[str], object] | None = None,
+        on_stderr: Callable[[str], object] | None = None,
+    ) -> RunResult:
+        """Run a command to its end, with its stdout and stderr kept apart
+        (``output`` has both, in arrival order), in ``cwd``, with ``env``
+        added and ``stdin`` (any size, binary-safe). Exit status: the
+        command's, 128+N if signal N killed it, 124 with ``timed_out`` at
+        ``timeout`` (seconds; ``None`` or ``0``: the sandbox's default). One
+        round trip; with ``on_stdout`` / ``on_stderr``, which are called with
+        text as it arrives, the command runs detached and is followed by long
+        polls (docs/processes.md)."""
+        return self._drive(
+            self._op_run(
+                command,
+                cwd=cwd,
+                env=env,
+                stdin=stdin,
+                timeout=timeout,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+            )
+        )
 
     async def arun(
         self,
@@ -62,12 +81,78 @@ class BaseSandbox(SandboxOperations):
         env: Mapping[str, str] | None = None,
         stdin: str | bytes | None = None,
         timeout: float | None = None,
-    ) -> ExecuteResponse:
-        """Async twin of :meth:`run`: ``execute`` with a working directory, extra
-        environment variables and stdin (any size, binary-safe), applied by
-        wrapping the command. ``timeout`` in seconds; ``None`` or ``0`` mean the
-        sandbox's default."""
-        return await self._adrive(self._op_run(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout))
+        on_stdout: Callable[[str], object] | None = None,
+        on_stderr: Callable[[str], object] | None = None,
+    ) -> RunResult:
+        """Async twin of :meth:`run`: run a command to its end, with its stdout and
+        stderr kept apart (``output`` has both, in arrival order), in ``cwd``,
+        with ``env`` added and ``stdin`` (any size, binary-safe). Exit status:
+        the command's, 128+N if signal N killed it, 124 with ``timed_out`` at
+        ``timeout`` (seconds; ``None`` or ``0``: the sandbox's default). One
+        round trip; with ``on_stdout`` / ``on_stderr``, which are called with
+        text as it arrives, the command runs detached and is followed by long
+        polls (docs/processes.md)."""
+        return await self._adrive(
+            self._op_run(
+                command,
+                cwd=cwd,
+                env=env,
+                stdin=stdin,
+                timeout=timeout,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+            )
+        )
+
+    def start(
+        self,
+        command: str,
+        *,
+        cwd: PathArg | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | bytes | None = None,
+    ) -> Process:
+        """Start a background command that outlives the call, in a process
+        group of its own, its output kept in the sandbox; the
+        :class:`~sandbox_sdk.process.Process` reads, waits for and kills it
+        (from any client: see :meth:`process`)."""
+        return self._drive(self._op_start(command, cwd=cwd, env=env, stdin=stdin))
+
+    async def astart(
+        self,
+        command: str,
+        *,
+        cwd: PathArg | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | bytes | None = None,
+    ) -> Process:
+        """Async twin of :meth:`start`: start a background command that outlives
+        the call, in a process group of its own, its output kept in the sandbox;
+        the :class:`~sandbox_sdk.process.Process` reads, waits for and kills it
+        (from any client: see :meth:`process`)."""
+        return await self._adrive(self._op_start(command, cwd=cwd, env=env, stdin=stdin))
+
+    def processes(self) -> list[ProcessInfo]:
+        """The background processes this sandbox knows, running or ended
+        (records of processes that ended more than a day ago are removed)."""
+        return self._drive(self._op_processes())
+
+    async def aprocesses(self) -> list[ProcessInfo]:
+        """Async twin of :meth:`processes`: the background processes this sandbox
+        knows, running or ended (records of processes that ended more than a day
+        ago are removed)."""
+        return await self._adrive(self._op_processes())
+
+    def process(self, pid: int) -> Process:
+        """Reattach to a background process by its pid, from any client of the
+        sandbox; :class:`~sandbox_sdk.errors.ProcessNotFoundError` if unknown."""
+        return self._drive(self._op_process(pid))
+
+    async def aprocess(self, pid: int) -> Process:
+        """Async twin of :meth:`process`: reattach to a background process by its
+        pid, from any client of the sandbox;
+        :class:`~sandbox_sdk.errors.ProcessNotFoundError` if unknown."""
+        return await self._adrive(self._op_process(pid))
 
     def ls(self, path: PathArg = ".") -> list[FileInfo]:
         """Entries of a directory, sorted by name (paged if the listing is huge)."""

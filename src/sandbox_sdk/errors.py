@@ -105,6 +105,10 @@ class UnmanagedSandboxError(SandboxError, RuntimeError):
     """A sandbox handle built directly, not by a provider, was asked to delete its sandbox."""
 
 
+class ProcessNotFoundError(SandboxError, LookupError):
+    """No process with this pid was started in the sandbox (or its record is gone)."""
+
+
 class ProviderUnavailableError(SandboxError):
     """The provider cannot be used here: a missing tool, SDK or service."""
 

@@ -28,6 +28,54 @@ class ExecuteResponse(_Model):
     timed_out: bool = Field(default=False, description="the command was killed at its timeout")
 
 
+class RunResult(ExecuteResponse):
+    """What a command produced, its two streams kept apart (``output`` still
+    has both, in the order they arrived, for callers of ``execute``'s shape).
+
+    Text is decoded from UTF-8 with ``errors="replace"``; ``truncated`` says
+    the streams were cut at the sandbox's ``max_output_bytes``, together."""
+
+    stdout: str = ""
+    stderr: str = ""
+
+
+#: The stream a piece of output came on.
+StreamName = Literal["stdout", "stderr"]
+
+
+class ProcessOutput(_Model):
+    """Output of a background process from one position of its merged stream."""
+
+    stdout: bytes = Field(description="stdout bytes written after the position asked for")
+    stderr: bytes = Field(description="stderr bytes written after the position asked for")
+    next_offset: int = Field(description="pass it as `since` to read on from here")
+    has_more: bool = Field(default=False, description="more output is waiting past this page")
+    exit_code: int | None = Field(
+        default=None, description="set once the process ended and this page holds the last of its output"
+    )
+    timed_out: bool = False
+
+
+class ProcessInfo(_Model):
+    """A background process known to the sandbox (see ``BaseSandbox.processes``)."""
+
+    pid: int = Field(description="the command's pid, also its process group's id")
+    command: str
+    started_at: datetime
+    running: bool = Field(description="false once it ended, or if it was lost (killed with its supervisor)")
+    exit_code: int | None = Field(description="None while it runs, or if it was lost")
+    timed_out: bool = False
+
+
+class StreamEvent(_Model):
+    """One event of ``BaseSandbox.stream``: a piece of text on a stream, or the exit."""
+
+    kind: Literal["stdout", "stderr", "exit"]
+    text: str = Field(default="", description="for stdout and stderr events")
+    exit_code: int | None = Field(default=None, description="for the exit event")
+    timed_out: bool = False
+
+
 class FileInfo(_Model):
     """One directory entry, as ``lstat`` sees it (a symlink is not followed).
 

@@ -66,6 +66,7 @@ class ExitCode(IntEnum):
     INTEGRITY = 91
     NOT_EMPTY = 92
     OS_ERROR = 93
+    NO_PROCESS = 94
     INTERNAL = 99
 
 
@@ -84,6 +85,7 @@ ERROR_TYPES: dict[ExitCode, type[errors.SandboxError]] = {
     ExitCode.INTEGRITY: errors.IntegrityError,
     ExitCode.NOT_EMPTY: errors.DirectoryNotEmptyError,
     ExitCode.OS_ERROR: errors.SandboxError,
+    ExitCode.NO_PROCESS: errors.ProcessNotFoundError,
     ExitCode.INTERNAL: errors.SandboxRuntimeError,
 }
 

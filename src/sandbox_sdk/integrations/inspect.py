@@ -12,8 +12,9 @@ names (``FileNotFoundError``, ``PermissionError``, ``IsADirectoryError``,
 ``TimeoutError``) and pass through; only inspect's own types are raised here:
 its ``OutputLimitExceededError`` for its size limits, its ``TimeoutError``
 subclass carrying a timed-out command's output, ``SandboxUserUnsupportedError``
-and ``SandboxUnavailableError``. What the SDK cannot do yet (separate stderr,
-128+N exit codes, ...) is listed in docs/inspect.md, not patched over here.
+and ``SandboxUnavailableError``. ``exec`` is the sandbox's ``run``: stdout
+and stderr apart, 128+N for a command killed by signal N. What the SDK
+cannot do yet is listed in docs/inspect.md, not patched over here.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
-from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.models import RunResult
 from sandbox_sdk.provider import SandboxProvider, available_providers, get_provider
 
 try:
@@ -232,10 +233,10 @@ class SandboxSDKEnvironment(SandboxEnvironment):
             )
 
 
-def exec_result(response: ExecuteResponse, sandbox: BaseSandbox, timeout: int | None) -> ExecResult[str]:
-    """inspect's view of a finished command: stdout is our merged output and
-    stderr is empty. A timeout raises inspect's ``TimeoutError`` (with the output
-    so far), output cut by the sandbox or past inspect's limit its
+def exec_result(response: RunResult, sandbox: BaseSandbox, timeout: int | None) -> ExecResult[str]:
+    """inspect's view of a finished command: its stdout and stderr, apart. A
+    timeout raises inspect's ``TimeoutError`` (with the output so far),
+    output cut by the sandbox or past inspect's limit its
     ``OutputLimitExceededError``."""
     if response.timed_out:
         after = "the sandbox's default timeout" if timeout is None else f"{timeout} seconds"
@@ -250,5 +251,8 @@ def exec_result(response: ExecuteResponse, sandbox: BaseSandbox, timeout: int | 
     ):
         raise OutputLimitExceededError(SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE_STR, response.output)
     return ExecResult(
-        success=response.exit_code == 0, returncode=response.exit_code, stdout=response.output, stderr=""
+        success=response.exit_code == 0,
+        returncode=response.exit_code,
+        stdout=response.stdout,
+        stderr=response.stderr,
     )

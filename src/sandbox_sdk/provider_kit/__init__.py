@@ -6,7 +6,12 @@ and :class:`~sandbox_sdk.SandboxProvider`; the shipped providers use the same.
   killed at the timeout): :func:`run_process`, :func:`bash_script` for
   commands too long for one argument, :data:`LARGE_COMMAND_BYTES` to declare
   as ``max_command_bytes`` when using it, :data:`TIMEOUT_EXIT_CODE`.
+  :func:`arun_process` is its ``aexecute`` twin, which kills the group when
+  the call is cancelled.
 - Checking arguments before any round trip: :func:`check_path`.
+- Native streaming of a command's output: override
+  ``BaseSandbox._stream_command``, which gets a :class:`Command` and an
+  :data:`OutputSink` (see docs/processes.md).
 - Native operations: subclass :class:`NativeRequest` for your platform's
   calls, override an ``_op_*`` operation to yield them and ``_perform`` /
   ``_aperform`` to carry them out (the sync and async APIs then share one body);
@@ -24,10 +29,12 @@ and :class:`~sandbox_sdk.SandboxProvider`; the shipped providers use the same.
 """
 
 from sandbox_sdk._core import NativeRequest, Operation, Pipeline, Request, check_path, new_token
+from sandbox_sdk._process import Command, OutputSink
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE
 from sandbox_sdk.provider_kit.host_process import (
     ARGV_COMMAND_BYTES,
     LARGE_COMMAND_BYTES,
+    arun_process,
     bash_script,
     kill_group,
     run_process,
@@ -52,17 +59,20 @@ __all__ = [
     "TIMEOUT_EXIT_CODE",
     "TRANSFER_ERROR_CODES",
     "WORKSPACE_DIR",
+    "Command",
     "HostStateProvider",
     "KeepAlive",
     "Lifetime",
     "NativeRequest",
     "OpenedUpload",
     "Operation",
+    "OutputSink",
     "Pipeline",
     "Progress",
     "Request",
     "SandboxRecord",
     "UploadSource",
+    "arun_process",
     "bash_script",
     "check_path",
     "check_seconds",

@@ -4,7 +4,9 @@ Shared by the local and bubblewrap providers: the command gets its own
 process group (a new session, so it cannot reach a controlling terminal);
 output is read as it comes, stdout and stderr merged, and everything past
 ``max_output_bytes`` is discarded on arrival, so memory never grows past the
-cap; at the timeout the whole group is killed. A command too long for one
+cap; at the timeout the whole group is killed, and so it is when the call is
+interrupted (Ctrl-C; a cancelled :func:`arun_process`). A command killed by
+signal N exits 128+N, as a shell reports it. A command too long for one
 ``bash -c`` argument travels in an in-memory file (:func:`bash_script`).
 """
 
@@ -18,7 +20,10 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
+
+import anyio.to_thread
 
 from sandbox_sdk._calls import check_command
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse
@@ -50,10 +55,12 @@ def run_process(
     timeout: float,
     max_output_bytes: int,
     pass_fds: Sequence[int] = (),
+    on_start: Callable[[int], object] = lambda pgid: None,
 ) -> ExecuteResponse:
     """Run ``argv`` as a host process in its own process group: stdout and
     stderr merged and cut at ``max_output_bytes``, the whole group killed at
-    ``timeout`` (``timed_out=True``), as ``execute``'s contract asks."""
+    ``timeout`` (``timed_out=True``) or when the call is interrupted, as
+    ``execute``'s contract asks; ``on_start`` gets the group's id once it runs."""
     proc = subprocess.Popen(
         list(argv),
         stdin=subprocess.DEVNULL,
@@ -64,6 +71,49 @@ def run_process(
         start_new_session=True,
         pass_fds=tuple(pass_fds),
     )
+    try:
+        on_start(proc.pid)
+        return _collect(proc, timeout, max_output_bytes)
+    except BaseException:  # Ctrl-C, or anything else: nothing is left running
+        kill_group(proc.pid)
+        proc.wait()
+        raise
+    finally:
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+async def arun_process(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None,
+    env: Mapping[str, str] | None,
+    timeout: float,
+    max_output_bytes: int,
+    pass_fds: Sequence[int] = (),
+) -> ExecuteResponse:
+    """:func:`run_process` for an ``aexecute``: in a worker thread, and a
+    cancellation kills the command's whole group before it propagates."""
+    started: list[int] = []
+    run = partial(
+        run_process,
+        argv,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        max_output_bytes=max_output_bytes,
+        pass_fds=pass_fds,
+        on_start=started.append,
+    )
+    try:
+        return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+    except BaseException:
+        for pgid in started:  # the worker thread sees the pipe close and ends
+            kill_group(pgid)
+        raise
+
+
+def _collect(proc: subprocess.Popen[bytes], timeout: float, max_output_bytes: int) -> ExecuteResponse:
     assert proc.stdout is not None
     pipe = proc.stdout
     fd = pipe.fileno()
@@ -107,13 +157,14 @@ def run_process(
             timed_out = True
     if timed_out:
         kill_group(proc.pid)
-    pipe.close()
     exit_code = proc.wait()
     output = kept.decode("utf-8", "replace")
     if timed_out:
         return ExecuteResponse(
             output=output, exit_code=TIMEOUT_EXIT_CODE, truncated=truncated, timed_out=True
         )
+    # Popen reports death by signal N as -N; a shell, and the exit-status rule, as 128+N.
+    exit_code = exit_code if exit_code >= 0 else 128 - exit_code
     return ExecuteResponse(output=output, exit_code=exit_code, truncated=truncated)
 
 

@@ -82,6 +82,7 @@ EXIT = {
     "INTEGRITY": 91,
     "NOT_EMPTY": 92,
     "OS_ERROR": 93,
+    "NO_PROCESS": 94,
     "INTERNAL": 99,
 }
 
@@ -543,6 +544,242 @@ def compile_glob(pattern: bytes) -> Pattern[bytes]:
         return re.compile(translate(pattern) + b"\\Z", re.DOTALL)
     except re.error as exc:  # a reversed range such as ``[z-a]``
         raise Fail("INVALID_ARGUMENT", "invalid glob pattern %r: %s" % (pattern, exc)) from None
+
+
+# -- commands (the run and proc modules) -----------------------------------------------
+#
+# Exit status, one rule: 0-255 from the command, 128+N when a signal N killed
+# it, 124 with ``timed_out`` at our own timeout. A command's group is killed
+# when the command ends (with what it left running in the background), as
+# ``execute`` does at its timeout. ``signal``, ``select`` and ``time`` are
+# imported where used: no other script pays for them.
+
+TIMEOUT_STATUS = 124
+READ_BYTES = 1 << 16
+#: Seconds output is still collected from what a command left running
+#: after it exited, before its group is killed.
+DRAIN_SECONDS = 0.2
+#: What one ``[stream, length]`` run costs a reply's budget, at most.
+ORDER_ENTRY_BYTES = 24
+#: Commands longer than this (Linux caps one argument at 128 KiB) reach bash
+#: in a file it sources, which closes it before running anything.
+ARGV_COMMAND_BYTES = 96 * 1024
+
+
+def exit_status(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def prepare(args: Args, blobs: Blobs) -> Tuple[bytes, Dict[bytes, bytes], int]:
+    """The command, its environment and its stdin; enters ``cwd``."""
+    if args.get("cwd") is not None:
+        cwd = unb64(args["cwd"])
+        check_path(cwd)
+        os.chdir(cwd)
+    env = dict(os.environb)
+    for key, value in args.get("env", {}).items():
+        env[unb64(key)] = unb64(value)
+    stdin = args.get("stdin")
+    if isinstance(stdin, int):
+        fd = memory_file("stdin")
+        write_all(fd, blobs[stdin])
+        os.lseek(fd, 0, os.SEEK_SET)
+    elif isinstance(stdin, str):  # staged earlier because it was too large for the command
+        path = unb64(stdin)
+        fd = os.open(path, os.O_RDONLY)
+        os.unlink(path)
+    else:
+        fd = os.open(os.devnull, os.O_RDONLY)
+    return unb64(args["command"]), env, fd
+
+
+def memory_file(name: str) -> int:
+    """An anonymous file: in memory where the kernel has ``memfd_create``."""
+    return os.memfd_create(name) if hasattr(os, "memfd_create") else anonymous_file()
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def anonymous_file() -> int:
+    import tempfile
+
+    fd, path = tempfile.mkstemp()
+    os.unlink(path)
+    return fd
+
+
+def launch(command: bytes, env: Dict[bytes, bytes], fds: List[int], group: int) -> int:
+    """Start ``bash -c command`` with ``fds`` as its 0, 1 and 2, in process
+    group ``group`` (0: a group of its own); a failed exec is a ``Fail``."""
+    import signal
+
+    script = command
+    if len(command) > ARGV_COMMAND_BYTES:  # too long for one argument: bash sources it from a file
+        source = memory_file("command")
+        write_all(source, b"exec %d<&-; " % source)
+        write_all(source, command)
+        os.lseek(source, 0, os.SEEK_SET)
+        script = b". /dev/fd/%d" % source
+    report_r, report_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(report_r)
+            os.setpgid(0, group)
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+            if script is not command:
+                os.set_inheritable(source, True)
+            for number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):  # Python ignores the first two
+                signal.signal(number, signal.SIG_DFL)
+            os.execvpe(b"bash", [b"bash", b"-c", script], env)
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, then this copy ends
+            os.write(report_w, str(exc).encode("utf-8", "replace"))
+        finally:
+            os._exit(127)
+    os.close(report_w)
+    if script is not command:
+        os.close(source)
+    join_group(pid, group or pid)  # also here, so the group exists whichever runs first
+    failure = os.read(report_r, 4096)
+    os.close(report_r)
+    if failure:
+        os.waitpid(pid, 0)
+        raise Fail("NOT_FOUND", "cannot start bash: %s" % failure.decode("utf-8", "replace"))
+    return pid
+
+
+def join_group(pid: int, group: int) -> None:
+    try:  # noqa: SIM105 - contextlib would cost every round trip an import
+        os.setpgid(pid, group)
+    except OSError:
+        pass  # the child did it itself, and may have exec'd since
+
+
+def kill_group(group: int, number: int) -> None:
+    try:  # noqa: SIM105 - as above
+        os.killpg(group, number)
+    except OSError:
+        pass  # nothing of the group is left
+
+
+def child_wakeups() -> int:
+    """A descriptor that becomes readable whenever a child exits, so a
+    ``poll`` wakes at the exit instead of at its next timeout."""
+    import signal
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda number, frame: None)
+    signal.set_wakeup_fd(wake_w)
+    return wake_r
+
+
+def drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def to_null(*targets: int) -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    for target in targets:
+        os.dup2(null, target)
+    os.close(null)
+
+
+def guard(watched: int, spare: int) -> int:
+    """Fork the guard of a new process group: it waits on the pipe ``watched``
+    (whose other end, ``spare``, only the caller holds) and kills its whole
+    group once that closes, so a command in the group dies with the caller
+    even when the caller is killed. Its pid is the group's id."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setpgid(0, 0)
+            os.close(spare)
+            to_null(0, 1, 2)
+            while os.read(watched, 1):
+                pass
+            os.killpg(0, 9)  # SIGKILL
+        finally:
+            os._exit(0)
+    join_group(pid, pid)
+    os.close(watched)
+    return pid
+
+
+class Pumps:
+    """The command's two pipes, read as data arrives, and its exit."""
+
+    def __init__(self, pid: int, pipes: List[int], wake: int, deadline: Optional[float]) -> None:
+        import select
+
+        self.pid = pid
+        self.open = {fd: stream for stream, fd in enumerate(pipes)}
+        self.wake = wake
+        self.deadline = deadline
+        self.poller = select.poll()
+        for fd in [wake, *pipes]:
+            self.poller.register(fd, select.POLLIN)
+        self.status = None  # type: Optional[int]
+        self.drain_until = 0.0
+        self.timed_out = False
+
+    def pieces(self) -> Iterable[Tuple[int, bytes]]:
+        """``(stream, data)`` as the command writes, until it ended (and what it
+        left running has had ``DRAIN_SECONDS`` to finish writing) or timed out."""
+        import time
+
+        while True:
+            now = time.monotonic()
+            if self.status is None:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                if pid:
+                    self.status = exit_status(status)
+                    self.drain_until = now + DRAIN_SECONDS
+            if self.status is not None and (not self.open or now >= self.drain_until):
+                return
+            if self.status is None and self.deadline is not None and now >= self.deadline:
+                self.timed_out = True
+                return
+            limit = self.drain_until if self.status is not None else self.deadline
+            timeout = -1 if limit is None else max(0, int((limit - now) * 1000) + 1)
+            for fd, _ in self.poller.poll(timeout):
+                if fd == self.wake:
+                    drain(fd)
+                    continue
+                data = os.read(fd, READ_BYTES)
+                if data:
+                    yield self.open[fd], data
+                else:
+                    self.poller.unregister(fd)
+                    del self.open[fd]
+                    os.close(fd)
+
+    def finish(self, group: int) -> int:
+        """Kill what is left of ``group``; the exit status (124 after a timeout)."""
+        kill_group(group, 9)  # SIGKILL
+        if self.status is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.status = exit_status(status)
+        return TIMEOUT_STATUS if self.timed_out else self.status
+
+
+def deadline_of(args: Args) -> Optional[float]:
+    import time
+
+    timeout = args.get("timeout")
+    return None if timeout is None else time.monotonic() + float(timeout)
 
 
 class _ScanContext:

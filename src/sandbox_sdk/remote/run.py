@@ -1,59 +1,82 @@
-"""Run a shell command with a working directory, extra environment and stdin.
+"""Run a shell command in the foreground, its stdout and stderr kept apart.
 
-On success this script *becomes* ``bash -c command`` (``execve``), so the
-command's output and exit status are the operation's own and no frame is
-printed; a frame appears only when the set-up fails (say, a missing ``cwd``).
+One round trip: the command's two streams come back as two blobs, with the
+order in which their pieces arrived (``[stream, length]`` runs, stream 0
+stdout and 1 stderr), cut at the output budget. The script enforces the
+timeout itself (exit 124, ``timed_out``), so what the command printed before
+it is kept.
+
+The command runs in a process group of its own led by a *guard* (see
+``guard`` in the runtime): when this script is killed (the provider's
+timeout, a cancelled call), the guard kills the command and everything it
+started.
 """
 
 from __future__ import annotations
 
 import os
 
-from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, check_path, unb64
+from sandbox_sdk.remote._runtime import (
+    ORDER_ENTRY_BYTES,
+    TYPE_CHECKING,
+    Pumps,
+    child_wakeups,
+    deadline_of,
+    guard,
+    launch,
+    prepare,
+)
 
 if TYPE_CHECKING:
-    from typing import Tuple
+    from typing import List, Tuple, TypedDict
 
     from sandbox_sdk.remote._runtime import Args, Blobs
 
+    #: ``[stream, length]`` runs of the merged output, stream 0 stdout, 1 stderr.
+    Order = List[List[int]]
 
-def run(args: Args, blobs: Blobs) -> Tuple[None, Blobs]:
-    if args.get("cwd") is not None:
-        cwd = unb64(args["cwd"])
-        check_path(cwd)
-        os.chdir(cwd)
-    env = dict(os.environb)
-    for key, value in args.get("env", {}).items():
-        env[unb64(key)] = unb64(value)
-    stdin = args.get("stdin")
-    if isinstance(stdin, int):
-        fd = os.memfd_create("stdin") if hasattr(os, "memfd_create") else anonymous_file()
-        data = memoryview(blobs[stdin])
-        while data:
-            data = data[os.write(fd, data) :]
-        os.lseek(fd, 0, os.SEEK_SET)
-    elif isinstance(stdin, str):  # staged earlier because it was too large for the command
-        path = unb64(stdin)
-        fd = os.open(path, os.O_RDONLY)
-        os.unlink(path)
-    else:
-        fd = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(fd, 0)
-    if fd != 0:
+    class RunReply(TypedDict):
+        exit_code: int
+        timed_out: bool
+        truncated: bool
+        order: Order
+
+
+def run(args: Args, blobs: Blobs) -> Tuple[RunReply, Blobs]:
+    command, env, stdin = prepare(args, blobs)
+    room = int(args["budget"])
+    keep_r, keep_w = os.pipe()
+    group = guard(keep_r, keep_w)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    wake = child_wakeups()
+    pid = launch(command, env, [stdin, out_w, err_w], group)
+    for fd in (stdin, out_w, err_w):
         os.close(fd)
-    try:
-        os.execvpe(b"bash", [b"bash", b"-c", unb64(args["command"])], env)
-    except OSError as exc:
-        raise Fail("NOT_FOUND", "cannot start bash: %s" % exc) from None
-    return None, []  # not reached: execvpe replaces this process
-
-
-def anonymous_file() -> int:
-    import tempfile
-
-    fd, path = tempfile.mkstemp()
-    os.unlink(path)
-    return fd
+    pumps = Pumps(pid, [out_r, err_r], wake, deadline_of(args))
+    kept = [bytearray(), bytearray()]
+    order = []  # type: Order
+    truncated = False
+    for stream, data in pumps.pieces():
+        if truncated:
+            continue  # read and dropped, so the command never blocks on a full pipe
+        if not order or order[-1][0] != stream:
+            room -= ORDER_ENTRY_BYTES
+            order.append([stream, 0])
+        piece = data[: max(0, room)]
+        truncated = len(piece) < len(data)
+        kept[stream] += piece
+        order[-1][1] += len(piece)
+        room -= len(piece)
+    code = pumps.finish(group)
+    os.close(keep_w)
+    reply = {
+        "exit_code": code,
+        "timed_out": pumps.timed_out,
+        "truncated": truncated,
+        "order": order,
+    }  # type: RunReply
+    return reply, [bytes(kept[0]), bytes(kept[1])]
 
 
 OPS = {"run": run}

@@ -17,16 +17,24 @@ strict xfail, so the entry must go once the gap is fixed.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
 import os
 import posixpath
+import secrets
+import signal
 import time
+import tracemalloc
+from collections.abc import Callable
 
+import anyio
 import pytest
 
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.models import ExecuteResponse, StreamEvent
 from sandbox_sdk.testing._suite import SandboxSuite
 
 #: Names that have broken shell- and template-based sandbox SDKs, by test id.
@@ -53,6 +61,46 @@ HOSTILE_NAMES: list[str | bytes] = list(HOSTILE_NAMES_BY_ID.values())
 #: (``known_gaps`` can name one: ``"test_hostile_name_round_trip[non-utf8]"``).
 HOSTILE_NAME_PARAMS = [pytest.param(name, id=key) for key, name in HOSTILE_NAMES_BY_ID.items()]
 
+#: ``(command, exit_code, timed_out)`` under the one exit-status rule: the
+#: command's own status, 128+N for death by signal N, 124 at our timeout
+#: (each command is run with a timeout of 1 s).
+EXIT_STATUSES = {
+    "exit-3": ("exit 3", 3, False),
+    "sigterm": ("kill -TERM $$", 143, False),
+    "sigkill": ("kill -KILL $$", 137, False),
+    "timeout": ("sleep 30", 124, True),
+}
+#: The ways to run a command the rule holds on: ``execute``, ``run`` in one
+#: round trip, and ``run`` with a callback (detached and followed).
+RUN_PATHS: dict[str, Callable[[BaseSandbox, str], ExecuteResponse]] = {
+    "execute": lambda sandbox, command: sandbox.execute(command, timeout=1),
+    "run": lambda sandbox, command: sandbox.run(command, timeout=1),
+    "run-followed": lambda sandbox, command: sandbox.run(command, timeout=1, on_stdout=lambda text: None),
+}
+
+
+#: Counts the processes of a group (``argv[1]``) that are not zombies, from /proc.
+LIVE_MEMBERS = """import glob, sys
+def fields(path):
+    try:
+        return open(path).read().rsplit(")", 1)[1].split()  # state, ppid, pgrp, ...
+    except OSError:
+        return []
+members = [fields(p) for p in glob.glob("/proc/[0-9]*/stat")]
+print(sum(1 for f in members if f[2:3] == [sys.argv[1]] and f[0] != "Z"))
+"""
+
+
+def _streamed(sandbox: BaseSandbox, command: str, **options: object) -> tuple[str, str, StreamEvent]:
+    """What ``stream`` gave: stdout, stderr and the exit event."""
+    texts = {"stdout": "", "stderr": ""}
+    events = list(sandbox.stream(command, **options))  # type: ignore[arg-type]
+    for event in events[:-1]:
+        texts[event.kind] += event.text
+    assert events[-1].kind == "exit"
+    return texts["stdout"], texts["stderr"], events[-1]
+
+
 #: Contents that must survive a round trip byte for byte.
 HOSTILE_CONTENTS: list[bytes] = [
     b"",
@@ -68,6 +116,30 @@ HOSTILE_CONTENTS: list[bytes] = [
 
 class SandboxConformanceTests(SandboxSuite):
     """Checks ``execute`` semantics and every ``BaseSandbox`` operation."""
+
+    background_tests = frozenset(
+        {
+            *(f"test_exit_status_rule[{case}-run-followed]" for case in EXIT_STATUSES),
+            "test_run_keeps_stdout_and_stderr_apart_in_arrival_order[followed]",
+            "test_run_output_that_is_not_utf8[followed]",
+            "test_callbacks_get_output_while_the_command_runs",
+            "test_run_with_a_callback_and_stdin_larger_than_a_command",
+            "test_start_read_wait",
+            "test_a_process_outlives_the_call_and_is_polled",
+            "test_wait_with_a_timeout_leaves_the_process_running",
+            "test_kill_escalates_for_a_group_that_ignores_sigterm",
+            "test_kill_with_another_signal",
+            "test_reattach_from_a_second_client",
+            "test_a_process_whose_supervisor_died_is_lost_not_waited_for",
+            "test_background_server_reached_by_later_commands",
+            "test_stream_events",
+            "test_leaving_a_stream_early_kills_the_command",
+            "test_an_exception_in_a_callback_kills_the_command",
+            "test_async_processes",
+            "test_cancelling_a_followed_run_kills_the_command",
+            "test_stream_of_100_mib_keeps_client_memory_bounded",
+        }
+    )
 
     # -- execute -------------------------------------------------------------------------
 
@@ -495,3 +567,247 @@ class SandboxConformanceTests(SandboxSuite):
         big = os.urandom(sandbox.max_command_bytes * 2)
         await sandbox.awrite(self.p(workdir, "big"), big)
         assert await sandbox.aread_bytes(self.p(workdir, "big")) == big
+
+    # -- processes: run, start, stream ----------------------------------------------------
+
+    @pytest.mark.parametrize("path", RUN_PATHS)
+    @pytest.mark.parametrize("case", EXIT_STATUSES)
+    def test_exit_status_rule(self, sandbox: BaseSandbox, path: str, case: str) -> None:
+        command, exit_code, timed_out = EXIT_STATUSES[case]
+        response = RUN_PATHS[path](sandbox, command)
+        assert (response.exit_code, response.timed_out) == (exit_code, timed_out), response
+
+    @pytest.mark.parametrize("followed", [False, True], ids=["one-trip", "followed"])
+    def test_run_keeps_stdout_and_stderr_apart_in_arrival_order(
+        self, sandbox: BaseSandbox, followed: bool
+    ) -> None:
+        pieces: list[str] = []
+        callback = pieces.append if followed else None
+        result = sandbox.run(
+            "echo o1; sleep 0.5; echo e1 >&2; sleep 0.5; echo o2; sleep 0.5; echo e2 >&2",
+            on_stdout=callback,
+            on_stderr=callback,
+        )
+        assert (result.stdout, result.stderr) == ("o1\no2\n", "e1\ne2\n")
+        assert result.output == "o1\ne1\no2\ne2\n"
+        assert result.exit_code == 0
+        if followed:
+            assert pieces == ["o1\n", "e1\n", "o2\n", "e2\n"]
+
+    @pytest.mark.parametrize("followed", [False, True], ids=["one-trip", "followed"])
+    def test_run_output_that_is_not_utf8(self, sandbox: BaseSandbox, followed: bool) -> None:
+        """Invalid bytes become U+FFFD; a character split between two writes
+        (and two polls) is decoded whole."""
+        pieces: list[str] = []
+        command = r"printf 'a\377b\303'; sleep 0.5; printf '\251\000z'; printf '\376' >&2"
+        result = sandbox.run(command, on_stdout=pieces.append if followed else None)
+        assert result.stdout == "a\ufffdb\u00e9\x00z"
+        assert result.stderr == "\ufffd"
+        if followed:
+            assert "".join(pieces) == result.stdout
+
+    def test_callbacks_get_output_while_the_command_runs(self, sandbox: BaseSandbox) -> None:
+        arrivals: list[tuple[float, str]] = []
+        result = sandbox.run(
+            "echo first; sleep 4; echo second",
+            on_stdout=lambda text: arrivals.append((time.monotonic(), text)),
+        )
+        ended = time.monotonic()
+        assert result.stdout == "first\nsecond\n"
+        assert "".join(text for _, text in arrivals) == result.stdout
+        assert arrivals[0][1] == "first\n"
+        assert ended - arrivals[0][0] > 2.5  # the first line came while the command slept
+
+    def test_run_with_a_callback_and_stdin_larger_than_a_command(self, sandbox: BaseSandbox) -> None:
+        data = os.urandom(sandbox.max_command_bytes * 2 + 17)
+        result = sandbox.run("sha256sum | cut -c1-64", stdin=data, on_stdout=lambda text: None)
+        assert result.stdout.strip() == hashlib.sha256(data).hexdigest()
+
+    def test_start_read_wait(self, sandbox: BaseSandbox, workdir: str) -> None:
+        process = sandbox.start("pwd; echo err >&2; cat; exit 5", cwd=workdir, stdin=b"from stdin\n")
+        assert process.pid > 0
+        result = process.wait(timeout=60)
+        assert (result.exit_code, result.timed_out) == (5, False)
+        assert result.stdout.splitlines()[0].endswith(workdir)
+        assert result.stdout.splitlines()[1:] == ["from stdin"]
+        assert result.stderr == "err\n"
+        assert process.poll() == 5
+        first = process.read()
+        assert first.stdout == result.stdout.encode() and first.stderr == b"err\n"
+        assert first.exit_code == 5
+        assert process.read(since=first.next_offset) == first.model_copy(
+            update={"stdout": b"", "stderr": b""}
+        )
+        part = process.read(since=2)
+        assert part.stdout == result.stdout.encode()[2:]
+        listed = {info.pid: info for info in sandbox.processes()}
+        assert listed[process.pid].exit_code == 5
+        assert not listed[process.pid].running
+        assert listed[process.pid].command == "pwd; echo err >&2; cat; exit 5"
+
+    def test_a_process_outlives_the_call_and_is_polled(self, sandbox: BaseSandbox, workdir: str) -> None:
+        marker = self.p(workdir, "done")
+        process = sandbox.start(f"sleep 1.5; touch {marker}")
+        assert process.poll() is None
+        assert [i.running for i in sandbox.processes() if i.pid == process.pid] == [True]
+        assert process.wait(timeout=60).exit_code == 0
+        assert sandbox.stat(marker).type == "file"
+
+    def test_wait_with_a_timeout_leaves_the_process_running(self, sandbox: BaseSandbox) -> None:
+        process = sandbox.start("sleep 30")
+        with pytest.raises(errors.SandboxTimeoutError):
+            process.wait(timeout=1)
+        assert process.poll() is None
+        process.kill()
+        assert process.poll() == 128 + signal.SIGTERM
+
+    def test_kill_escalates_for_a_group_that_ignores_sigterm(self, sandbox: BaseSandbox) -> None:
+        process = sandbox.start("trap '' TERM; sleep 60 & sleep 60; wait")
+        time.sleep(0.5)  # let bash set its trap
+        process.kill()
+        assert process.poll() == 128 + signal.SIGKILL
+        assert self._live_members(sandbox, process.pid) == 0
+
+    @staticmethod
+    def _live_members(sandbox: BaseSandbox, group: int) -> int:
+        """Processes of ``group`` in the sandbox that are not zombies (an
+        init that does not reap leaves those behind)."""
+        return int(sandbox.run(f"python3 - {group}", stdin=LIVE_MEMBERS).stdout)
+
+    def test_kill_with_another_signal(self, sandbox: BaseSandbox) -> None:
+        process = sandbox.start("trap 'echo got-usr1; exit 7' USR1; echo ready; while :; do sleep 0.1; done")
+        while b"ready" not in process.read().stdout:
+            time.sleep(0.1)
+        process.kill(signal.SIGUSR1)
+        result = process.wait(timeout=30)
+        assert (result.exit_code, result.stdout) == (7, "ready\ngot-usr1\n")
+
+    def test_reattach_from_a_second_client(self, sandbox: BaseSandbox) -> None:
+        process = sandbox.start("echo started; sleep 1; echo finished >&2")
+        other = self.reopen(sandbox)
+        again = other.process(process.pid)
+        assert (again.pid, again.command) == (process.pid, process.command)
+        result = again.wait(timeout=60)
+        assert (result.stdout, result.stderr, result.exit_code) == ("started\n", "finished\n", 0)
+        assert process.poll() == 0
+
+    def test_a_process_whose_supervisor_died_is_lost_not_waited_for(self, sandbox: BaseSandbox) -> None:
+        process = sandbox.start("sleep 30")
+        killed = sandbox.execute(f"kill -KILL $(cut -d' ' -f4 /proc/{process.pid}/stat)")  # its parent
+        assert killed.exit_code == 0, killed.output
+        with pytest.raises(errors.ProcessNotFoundError, match="lost"):
+            process.wait(timeout=60)
+        (info,) = [info for info in sandbox.processes() if info.pid == process.pid]
+        assert (info.running, info.exit_code) == (False, None)
+        sandbox.execute(f"kill -KILL -- -{process.pid}")
+
+    def test_an_unknown_process_is_refused(self, sandbox: BaseSandbox) -> None:
+        with pytest.raises(errors.ProcessNotFoundError):
+            sandbox.process(4_194_303)  # above Linux's default pid_max
+        with pytest.raises(errors.InvalidArgumentError):
+            sandbox.process(0)
+
+    def test_background_server_reached_by_later_commands(self, sandbox: BaseSandbox, workdir: str) -> None:
+        sandbox.write(self.p(workdir, "hello.txt"), "served\n")
+        port = 20_000 + secrets.randbelow(30_000)
+        server = sandbox.start(f"exec python3 -m http.server {port} --bind 127.0.0.1", cwd=workdir)
+        fetch = (
+            f"for i in $(seq 100); do python3 -c 'import urllib.request as u; "
+            f'print(u.urlopen("http://127.0.0.1:{port}/hello.txt").read().decode(), end="")\' '
+            "2>/dev/null && exit 0; sleep 0.2; done; exit 1"
+        )
+        try:
+            response = sandbox.execute(fetch, timeout=60)
+            assert (response.exit_code, response.output) == (0, "served\n")
+            assert server.poll() is None
+        finally:
+            server.kill()
+        assert server.poll() == 128 + signal.SIGTERM
+
+    def test_stream_events(self, sandbox: BaseSandbox) -> None:
+        stdout, stderr, end = _streamed(sandbox, "echo out; sleep 0.3; echo err >&2; exit 4")
+        assert (stdout, stderr, end.exit_code, end.timed_out) == ("out\n", "err\n", 4, False)
+        stdout, _, end = _streamed(sandbox, "echo before; sleep 30", timeout=1)
+        assert (stdout, end.exit_code, end.timed_out) == ("before\n", 124, True)
+
+    def test_leaving_a_stream_early_kills_the_command(self, sandbox: BaseSandbox, workdir: str) -> None:
+        marker = self.p(workdir, "late")
+        for event in sandbox.stream(f"echo go; sleep 2; touch {marker}"):
+            assert event.text == "go\n"
+            break
+        time.sleep(3)
+        with pytest.raises(FileNotFoundError):
+            sandbox.stat(marker)
+
+    def test_an_exception_in_a_callback_kills_the_command(self, sandbox: BaseSandbox, workdir: str) -> None:
+        """As Ctrl-C would: raised in the sync call, it kills what the call started."""
+        marker = self.p(workdir, "late")
+
+        def interrupt(text: str) -> None:
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            sandbox.run(f"echo go; sleep 2; touch {marker}", on_stdout=interrupt)
+        time.sleep(3)
+        with pytest.raises(FileNotFoundError):
+            sandbox.stat(marker)
+        assert not [info for info in sandbox.processes() if info.command.endswith(marker)]
+
+    @pytest.mark.asyncio
+    async def test_async_processes(self, sandbox: BaseSandbox) -> None:
+        process = await sandbox.astart("echo async; exit 2")
+        result = await process.await_(timeout=60)
+        assert (result.stdout, result.exit_code) == ("async\n", 2)
+        assert await process.apoll() == 2
+        assert (await process.aread()).stdout == b"async\n"
+        other = await anyio.to_thread.run_sync(self.reopen, sandbox)  # get() may block
+        again = await other.aprocess(process.pid)
+        assert await again.apoll() == 2
+        assert process.pid in [info.pid for info in await sandbox.aprocesses()]
+        pieces: list[str] = []
+        followed = await sandbox.arun("echo a; sleep 0.3; echo b >&2", on_stdout=pieces.append)
+        assert (pieces, followed.stderr) == (["a\n"], "b\n")
+        events = [event async for event in sandbox.astream("echo x; exit 3")]
+        assert [(e.kind, e.text, e.exit_code) for e in events] == [("stdout", "x\n", None), ("exit", "", 3)]
+        sleeper = await sandbox.astart("sleep 60")
+        await sleeper.akill(signal.SIGKILL)
+        assert await sleeper.apoll() == 128 + signal.SIGKILL
+
+    @pytest.mark.asyncio
+    @pytest.mark.parametrize("how", ["wait_for", "cancel_scope", "stream"])
+    async def test_cancelling_a_followed_run_kills_the_command(
+        self, sandbox: BaseSandbox, workdir: str, how: str
+    ) -> None:
+        marker = self.p(workdir, "late")
+        command = f"echo go; sleep 2; touch {marker}"
+        if how == "wait_for":
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(sandbox.arun(command, on_stdout=lambda text: None), 1)
+        elif how == "cancel_scope":
+            with anyio.move_on_after(1):
+                await sandbox.arun(command, on_stdout=lambda text: None)
+        else:
+            async with contextlib.aclosing(sandbox.astream(command)) as events:
+                async for event in events:
+                    assert event.text == "go\n"
+                    break
+        await anyio.sleep(3)
+        with pytest.raises(FileNotFoundError):
+            await sandbox.astat(marker)
+
+    @pytest.mark.slow
+    def test_stream_of_100_mib_keeps_client_memory_bounded(self, sandbox: BaseSandbox) -> None:
+        size = 100 * 1024 * 1024
+        tracemalloc.start()
+        try:
+            received = 0
+            for event in sandbox.stream(f"head -c {size} /dev/zero | tr '\\0' x", timeout=600):
+                if event.kind == "stdout":
+                    received += len(event.text)
+                else:
+                    assert (event.kind, event.exit_code) == ("exit", 0)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert received == size
+        assert peak < min(size // 2, 8 * sandbox.max_output_bytes)  # what one poll holds, not the stream

@@ -25,29 +25,15 @@ from sandbox_sdk.integrations.inspect import SandboxSDKConfig, SandboxSDKEnviron
 PROVIDERS = ["local", "bwrap", "e2b", "daytona", "modal"]
 CLOUD = {"e2b", "daytona", "modal"}
 
-MERGED = "execute() merges stderr into stdout; separate streams are issue 11's process model"
 #: Gaps of every provider.
 KNOWN_GAPS = {
-    "test_exec_stderr": MERGED,
-    "test_exec_stderr_utf": MERGED,
     "test_exec_permission_error": (
         "a command that cannot be executed is exit code 126 with the shell's message; a typed "
         "error for a command that could not start belongs to issue 11's process model"
     ),
 }
 #: Gaps of some providers only.
-PROVIDER_GAPS = {
-    "local": {
-        "test_exec_timeout_not_raised_on_fast_signal_death": (
-            "a command killed by signal N exits -N on the local provider's plain path, not 128+N (issue 11)"
-        ),
-    },
-    "e2b": {
-        "test_exec_timeout_not_raised_on_fast_signal_death": (
-            "a command killed by a signal exits -1 on E2B, not 128+N (issues 11 and 12)"
-        ),
-    },
-}
+PROVIDER_GAPS: dict[str, dict[str, str]] = {}
 #: ``run`` stages a large stdin but passes the command itself as one argument.
 LARGE_COMMAND = (
     "run() does not stage a command larger than the provider's one-argument limit "

@@ -26,6 +26,10 @@ class TrackedLocalSandbox(LocalSandbox):
         mark_used(self.sandbox_dir)
         return super().execute(command, timeout=timeout)
 
+    async def aexecute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        mark_used(self.sandbox_dir)
+        return await super().aexecute(command, timeout=timeout)
+
 
 class LocalProvider(HostStateProvider[TrackedLocalSandbox]):
     """Hands out :class:`LocalSandbox` es, each a directory under ``state_dir``.

@@ -6,10 +6,11 @@ import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
-from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script, run_process
+from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, arun_process, bash_script, run_process
 
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
@@ -61,14 +62,25 @@ class LocalSandbox(BaseSandbox):
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
         with bash_script(command) as (script, pass_fds):
-            return run_process(
-                ["bash", "-c", script],
-                cwd=self.root_dir,
-                env=self.env,
-                timeout=self.timeout if timeout is None else timeout,
-                max_output_bytes=self.max_output_bytes,
-                pass_fds=pass_fds,
-            )
+            return run_process(**self._process_options(script, pass_fds, timeout))
+
+    async def aexecute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        """``execute`` in a worker thread; cancelled, it kills the command's
+        whole process group before the cancellation goes on."""
+        with bash_script(command) as (script, pass_fds):
+            return await arun_process(**self._process_options(script, pass_fds, timeout))
+
+    def _process_options(
+        self, script: str, pass_fds: tuple[int, ...], timeout: float | None
+    ) -> dict[str, Any]:
+        return {
+            "argv": ["bash", "-c", script],
+            "cwd": self.root_dir,
+            "env": self.env,
+            "timeout": self.timeout if timeout is None else timeout,
+            "max_output_bytes": self.max_output_bytes,
+            "pass_fds": pass_fds,
+        }
 
     def __repr__(self) -> str:
         return f"LocalSandbox({str(self.root_dir)!r}, id={self.id!r})"

@@ -1,0 +1,148 @@
+"""What the process model costs, against ``execute("true")`` in the same run.
+
+Run: ``.venv/bin/python -m benchmarks.processes [rounds] [--providers local bwrap]``.
+Per provider, rounds alternating between providers so drift in machine load
+hits both alike:
+
+- ``execute("true")``: the baseline round trip.
+- ``run("echo hi; sleep 2", on_stdout=...)``: time to the first output byte
+  (the callback's first call) and to the end, each over the baseline.
+- a poll round trip: ``Process.read()`` of a running process (a ``follow``
+  that does not wait), over the baseline.
+- polls per second of runtime at the default interval, for a quiet command
+  (``sleep 6``) and a chatty one (a line every 50 ms for 6 s): ``execute()``
+  calls counted during ``run`` with a callback, over its runtime.
+- ``start`` + ``kill``: the two round trips of a background command started
+  and killed, over the baseline.
+
+A provider that cannot keep a background process (bwrap until its
+long-lived jail lands) shows ``n/a`` for the detached measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from sandbox_sdk import ProcessNotFoundError
+from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.providers.bwrap import BwrapProvider
+from sandbox_sdk.providers.local import LocalProvider
+
+PROVIDERS: dict[str, Callable[[Path], BaseSandbox]] = {
+    "local": lambda state: LocalProvider(state / "local").create(),
+    "bwrap": lambda state: BwrapProvider(state / "bwrap").create(),
+}
+QUIET = "sleep 6"
+CHATTY = "for i in $(seq 120); do echo line $i; sleep 0.05; done"
+
+
+class Counted:
+    """Counts a sandbox's ``execute()`` calls while it is in use."""
+
+    def __init__(self, sandbox: BaseSandbox) -> None:
+        self.calls = 0
+        inner = sandbox.execute
+
+        def counted(command: str, *, timeout: float | None = None) -> ExecuteResponse:
+            self.calls += 1
+            return inner(command, timeout=timeout)
+
+        sandbox.execute = counted  # type: ignore[method-assign]
+
+
+def ms(seconds: float) -> float:
+    return seconds * 1000
+
+
+def first_byte(sandbox: BaseSandbox) -> tuple[float, float]:
+    """Milliseconds to the first output byte of a followed run, and to its end."""
+    first: list[float] = []
+    started = time.perf_counter()
+    sandbox.run("echo hi; sleep 2", on_stdout=lambda text: first.append(time.perf_counter()))
+    return ms(first[0] - started), ms(time.perf_counter() - started)
+
+
+def poll_trip(sandbox: BaseSandbox) -> float:
+    process = sandbox.start("sleep 30")
+    try:
+        started = time.perf_counter()
+        process.read()
+        return ms(time.perf_counter() - started)
+    finally:
+        process.kill()
+
+
+def start_kill(sandbox: BaseSandbox) -> float:
+    started = time.perf_counter()
+    sandbox.start("sleep 30").kill()
+    return ms(time.perf_counter() - started)
+
+
+def polls_per_second(sandbox: BaseSandbox, command: str) -> float:
+    counter = Counted(sandbox)
+    started = time.perf_counter()
+    sandbox.run(command, on_stdout=lambda text: None)
+    elapsed = time.perf_counter() - started
+    del sandbox.execute
+    return (counter.calls - 2) / elapsed  # less spawn and forget
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("rounds", nargs="?", type=int, default=10)
+    parser.add_argument("--providers", nargs="+", default=list(PROVIDERS), choices=list(PROVIDERS))
+    options = parser.parse_args()
+    measures: dict[str, Callable[[BaseSandbox], float]] = {
+        'execute("true")': lambda sandbox: ms(_timed(lambda: sandbox.execute("true"))),
+        "first output byte": lambda sandbox: first_byte(sandbox)[0],
+        "followed run to its end (2 s command)": lambda sandbox: first_byte(sandbox)[1],
+        "poll round trip (read)": poll_trip,
+        "start + kill": start_kill,
+    }
+    samples: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as state:
+        sandboxes = {name: PROVIDERS[name](Path(state)) for name in options.providers}
+        for _ in range(options.rounds):
+            for measure, run in measures.items():
+                for name, sandbox in sandboxes.items():
+                    try:
+                        samples.setdefault((measure, name), []).append(run(sandbox))
+                    except ProcessNotFoundError:
+                        samples.setdefault((measure, name), [])
+        rates = {}
+        for name, sandbox in sandboxes.items():
+            for label, command in (("quiet", QUIET), ("chatty", CHATTY)):
+                try:
+                    rates[(label, name)] = f"{polls_per_second(sandbox, command):.2f}"
+                except ProcessNotFoundError:
+                    rates[(label, name)] = "n/a"
+    print(f'{options.rounds} rounds, milliseconds (median), ratio to the provider\'s execute("true")\n')
+    print('| measure | provider | median ms | / execute("true") |')
+    print("|---|---|---:|---:|")
+    for (measure, name), values in samples.items():
+        if not values:
+            print(f"| {measure} | {name} | n/a | n/a |")
+            continue
+        median = statistics.median(values)
+        base = statistics.median(samples[('execute("true")', name)])
+        print(f"| {measure} | {name} | {median:.1f} | {median / base:.1f}x |")
+    print("\n| polls per second of runtime | provider | at the default interval |")
+    print("|---|---|---:|")
+    for (label, name), rate in rates.items():
+        print(f"| {label} ({QUIET if label == 'quiet' else 'a line every 50 ms'}) | {name} | {rate} |")
+
+
+def _timed(call: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    call()
+    return time.perf_counter() - started
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,275 @@
+"""Processes over ``execute()``: the pieces ``run``, ``start`` and ``stream``
+share, and the operations of :class:`~sandbox_sdk.process.Process`, declared
+once (``scripts/generate_twins.py`` writes ``Process`` and its async twins
+from :class:`ProcessOperations`).
+
+A detached command (``start``, and ``run`` with callbacks) is followed by
+*long polls* (``remote/proc.py``'s ``follow``): a poll waits in the sandbox
+up to ``process_poll_wait`` seconds for new output or the exit, and returns
+as soon as either comes, after lingering a little to gather more. The linger
+starts short (a first byte is seen within about one round trip) and doubles
+while output keeps coming, up to ``process_linger_max``, so a chatty command
+costs a few round trips a second and a quiet one ``1 / process_poll_wait``.
+See docs/processes.md.
+"""
+
+from __future__ import annotations
+
+import codecs
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from signal import SIGKILL, SIGTERM
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sandbox_sdk import errors, protocol
+from sandbox_sdk._calls import FOLLOW, FORGET, PROCESSES, SIGNAL
+from sandbox_sdk._core import CLEANUP_TIMEOUT, Operation, PathArg, SandboxCore, check_int, check_timeout
+from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ProcessInfo, ProcessOutput, RunResult, StreamName
+
+if TYPE_CHECKING:
+    from sandbox_sdk.remote.proc import FollowReply, ProcessEntry
+    from sandbox_sdk.remote.run import Order
+
+T = TypeVar("T")
+
+#: What a detached command's output is handed to, piece by piece: the stream
+#: (``"stdout"`` or ``"stderr"``) and the bytes, as they arrive.
+OutputSink = Callable[[StreamName, bytes], None]
+STREAMS: tuple[StreamName, StreamName] = ("stdout", "stderr")
+#: Seconds ``kill(SIGTERM)`` gives a group before SIGKILL.
+KILL_GRACE = 3.0
+#: Seconds a kill waits for the supervisor to record the exit.
+KILL_SETTLE = 5.0
+
+
+@dataclass(frozen=True)
+class Command:
+    """A user's command and how to run it, checked; what the native streaming
+    hook (:meth:`~sandbox_sdk.BaseSandbox._stream_command`) receives."""
+
+    command: str
+    cwd: PathArg | None = None
+    env: Mapping[str, str] | None = None
+    stdin: bytes | None = None
+    timeout: float | None = None
+
+
+class Decoders:
+    """UTF-8 text of each stream, decoded piece by piece (a character split
+    between two pieces is decoded whole; invalid bytes become U+FFFD)."""
+
+    def __init__(self) -> None:
+        self._decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in STREAMS}
+
+    def text(self, stream: StreamName, data: bytes, *, final: bool = False) -> str:
+        return self._decoders[stream].decode(data, final)
+
+
+class Collected:
+    """The output kept for a :class:`~sandbox_sdk.models.RunResult`: pieces in
+    arrival order, at most ``limit`` bytes in all (then ``truncated``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.pieces: list[tuple[StreamName, bytes]] = []
+        self.size = 0
+        self.truncated = False
+
+    def add(self, stream: StreamName, data: bytes) -> None:
+        room = self.limit - self.size
+        if len(data) > room:
+            self.truncated = True
+            data = data[:room]
+        if data:
+            self.pieces.append((stream, data))
+            self.size += len(data)
+
+    def result(self, exit_code: int | None, timed_out: bool, *, truncated: bool = False) -> RunResult:
+        decoders = Decoders()
+        texts: dict[StreamName, list[str]] = {"stdout": [], "stderr": []}
+        merged: list[str] = []
+        for stream, data in [*self.pieces, ("stdout", b""), ("stderr", b"")]:
+            text = decoders.text(stream, data, final=not data)
+            texts[stream].append(text)
+            merged.append(text)
+        return RunResult(
+            output="".join(merged),
+            stdout="".join(texts["stdout"]),
+            stderr="".join(texts["stderr"]),
+            exit_code=TIMEOUT_EXIT_CODE if timed_out else exit_code,
+            timed_out=timed_out,
+            truncated=truncated or self.truncated,
+        )
+
+
+def pieces(order: Order, blobs: list[protocol.Blob]) -> list[tuple[StreamName, bytes]]:
+    """A reply's ``[stream, length]`` runs over its two blobs, as pieces in arrival order."""
+    at = [0, 0]
+    found: list[tuple[StreamName, bytes]] = []
+    for stream, length in order:
+        blob = blobs[stream]
+        if isinstance(blob, bytes) and length == len(blob):  # the common case: no copy
+            found.append((STREAMS[stream], blob))
+        else:
+            found.append((STREAMS[stream], bytes(blob[at[stream] : at[stream] + length])))
+        at[stream] += length
+    return found
+
+
+def spawn_args(sandbox: SandboxCore, pid: int | None = None) -> dict[str, Any]:
+    """Where the sandbox keeps its process records (and which one)."""
+    args: dict[str, Any] = {"scratch": protocol.encode_path(sandbox.scratch_dir)}
+    if pid is not None:
+        args["pid"] = check_int("pid", pid, 1)
+    return args
+
+
+class Follower:
+    """Long polls of one detached process, with the adaptive linger (see the module docstring)."""
+
+    def __init__(self, sandbox: SandboxCore, pid: int) -> None:
+        self.sandbox = sandbox
+        self.pid = pid
+        self.linger = sandbox.process_linger_min
+
+    def poll(self, since: int, wait: float) -> Operation[tuple[FollowReply, list[protocol.Blob]]]:
+        args = {
+            **spawn_args(self.sandbox, self.pid),
+            "since": since,
+            "wait": wait,
+            "linger": self.linger,
+            "budget": self.sandbox._result_budget(),
+        }
+        reply = yield from FOLLOW(args, what=f"follow process {self.pid}", timeout=wait + CLEANUP_TIMEOUT)
+        value = reply[0]
+        if value["order"] and value["exit_code"] is None:  # busy: gather more per round trip
+            self.linger = min(self.linger * 2, self.sandbox.process_linger_max)
+        else:
+            self.linger = self.sandbox.process_linger_min
+        return reply
+
+    def to_end(
+        self, sink: OutputSink | None, deadline: float | None = None, *, keep: int
+    ) -> Operation[RunResult]:
+        """Follow the process from its start to its exit, handing each piece
+        to ``sink``; the result keeps ``keep`` bytes of output at most.
+        Past ``deadline`` (a ``time.monotonic()``) it raises ``SandboxTimeoutError``."""
+        collected = Collected(keep)
+        since = 0
+        while True:
+            wait = self.sandbox.process_poll_wait
+            if deadline is not None:
+                wait = min(wait, max(0.0, deadline - time.monotonic()))
+            value, blobs = yield from self.poll(since, wait)
+            for stream, data in pieces(value["order"], blobs):
+                collected.add(stream, data)
+                if sink is not None:
+                    sink(stream, data)
+            since = value["next"]
+            if value["exit_code"] is not None:
+                return collected.result(value["exit_code"], value["timed_out"])
+            if deadline is not None and time.monotonic() >= deadline and not value["more"]:
+                raise errors.SandboxTimeoutError(f"process {self.pid} is still running")
+
+
+def signal_group(sandbox: SandboxCore, pid: int, number: int) -> Operation[int | None]:
+    """Send ``number`` to the process's group; SIGTERM escalates to SIGKILL
+    after ``KILL_GRACE``, and a kill waits for the recorded exit. The exit
+    status, if recorded."""
+    kills = number in (SIGTERM, SIGKILL)
+    args = {
+        **spawn_args(sandbox, pid),
+        "signal": check_int("signal", number, 1),
+        "grace": KILL_GRACE if number == SIGTERM else 0,
+        "settle": KILL_SETTLE if kills else 0,
+    }
+    timeout = KILL_GRACE + KILL_SETTLE + CLEANUP_TIMEOUT
+    value, _ = yield from SIGNAL(args, what=f"signal process {pid}", timeout=timeout)
+    return value["exit_code"]
+
+
+def end_quietly(sandbox: SandboxCore, pid: int) -> Operation[None]:
+    """Kill a process that its caller gave up on, and remove its record."""
+    try:
+        yield from signal_group(sandbox, pid, SIGKILL)
+        yield from forget(sandbox, pid)
+    except errors.SandboxError:
+        pass  # the interruption is what the caller hears about
+
+
+def forget(sandbox: SandboxCore, pid: int) -> Operation[None]:
+    what = f"remove the record of process {pid}"
+    yield from FORGET(spawn_args(sandbox, pid), what=what, timeout=CLEANUP_TIMEOUT)
+
+
+def process_info(entry: ProcessEntry) -> ProcessInfo:
+    return ProcessInfo(
+        pid=entry["pid"],
+        command=protocol.decode_path(entry["command"]),
+        started_at=datetime.fromtimestamp(entry["started"], UTC),
+        running=entry["running"],
+        exit_code=entry["exit_code"],
+        timed_out=entry["timed_out"],
+    )
+
+
+def list_processes(sandbox: SandboxCore, pid: int | None = None) -> Operation[list[ProcessInfo]]:
+    value, _ = yield from PROCESSES(spawn_args(sandbox, pid), what="list processes", timeout=CLEANUP_TIMEOUT)
+    return [process_info(entry) for entry in value["processes"]]
+
+
+class ProcessOperations:
+    """A background command in a sandbox (see ``BaseSandbox.start``): the
+    operations of :class:`~sandbox_sdk.process.Process`, one declaration each."""
+
+    def __init__(self, sandbox: SandboxCore, pid: int, command: str) -> None:
+        self.sandbox = sandbox
+        self.pid = pid
+        self.command = command
+
+    def __repr__(self) -> str:
+        return f"Process(pid={self.pid}, command={self.command!r}, sandbox={self.sandbox.id!r})"
+
+    def _drive(self, operation: Operation[T]) -> T:
+        return self.sandbox._drive(operation)
+
+    async def _adrive(self, operation: Operation[T]) -> T:
+        return await self.sandbox._adrive(operation)
+
+    def _op_poll(self) -> Operation[int | None]:
+        """The exit status once the process has ended, else ``None``."""
+        (info,) = yield from list_processes(self.sandbox, self.pid)
+        return info.exit_code
+
+    def _op_read(self, since: int = 0) -> Operation[ProcessOutput]:
+        """Output written after position ``since`` of the merged stream (what
+        the sandbox has now, up to one output's budget); ``next_offset`` is
+        where to read on."""
+        follower = Follower(self.sandbox, self.pid)
+        value, blobs = yield from follower.poll(check_int("since", since, 0), 0.0)
+        return ProcessOutput(
+            stdout=bytes(blobs[0]),
+            stderr=bytes(blobs[1]),
+            next_offset=value["next"],
+            has_more=value["more"],
+            exit_code=value["exit_code"],
+            timed_out=value["timed_out"],
+        )
+
+    def _op_wait(self, timeout: float | None = None) -> Operation[RunResult]:
+        """Wait for the process to end; its whole output (up to
+        ``max_output_bytes``) and exit status. Raises
+        :class:`~sandbox_sdk.errors.SandboxTimeoutError` if it is still
+        running after ``timeout`` seconds (it keeps running)."""
+        seconds = check_timeout(timeout)
+        deadline = None if seconds is None else time.monotonic() + seconds
+        follower = Follower(self.sandbox, self.pid)
+        return (yield from follower.to_end(None, deadline, keep=self.sandbox.max_output_bytes))
+
+    def _op_kill(self, signal: int = SIGTERM) -> Operation[None]:
+        """Send ``signal`` to the process's whole group. With SIGTERM (the
+        default) a group still alive after a grace period gets SIGKILL, and
+        with either of them this returns once the exit is recorded."""
+        yield from signal_group(self.sandbox, self.pid, signal)
