@@ -40,6 +40,13 @@ def provider(tmp_path_factory: pytest.TempPathFactory) -> UnshareProvider:
 
 
 class TestUnshareSandbox(SandboxConformanceTests):
+    known_gaps = {  # noqa: RUF012 - the kit's documented way to declare gaps
+        "test_background_server_reached_by_later_commands": (
+            "each command runs in a network namespace of its own, so a server started by one is "
+            "not on the loopback of the next"
+        ),
+    }
+
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, provider: UnshareProvider) -> Iterator[BaseSandbox]:

@@ -78,6 +78,9 @@ class Call(ABC, Generic[R]):
 
     what: str
     timeout: float | None
+    #: The call only reads, so a cancelled async caller need not wait for it
+    #: to finish (a poll of a process: its clean-up, the kill, goes at once).
+    interruptible: bool = False
 
     @abstractmethod
     def command(self, max_bytes: int) -> tuple[str, str]:
@@ -173,6 +176,7 @@ class _ScriptedCall(Call[R]):
     blobs: Sequence[bytes] = ()
     what: str = "operation"
     timeout: float | None = None
+    interruptible: bool = False
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -238,8 +242,9 @@ class Script(Generic[V]):
         *,
         what: str,
         timeout: float | None = None,
+        interruptible: bool = False,
     ) -> ScriptCall[V]:
-        return ScriptCall(self.op, args, blobs, what, timeout)
+        return ScriptCall(self.op, args, blobs, what, timeout, interruptible)
 
     def command(
         self, args: Mapping[str, Any], blobs: Sequence[bytes] = (), *, what: str, timeout: float | None

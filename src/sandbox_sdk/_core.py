@@ -259,7 +259,8 @@ class SandboxCore(SandboxHandle):
             # No native async client: the whole round trip, building the
             # command and decoding the reply included, runs in the worker
             # thread, so megabytes of base64 never stall the event loop.
-            return await anyio.to_thread.run_sync(self._invoke, call)
+            # A call that only reads is left to finish alone when cancelled.
+            return await anyio.to_thread.run_sync(self._invoke, call, abandon_on_cancel=call.interruptible)
         command, nonce = call.command(self.max_command_bytes)
         started = time.monotonic()
         try:

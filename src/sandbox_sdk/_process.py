@@ -16,6 +16,7 @@ See docs/processes.md.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -119,8 +120,10 @@ def pieces(order: Order, blobs: list[protocol.Blob]) -> list[tuple[StreamName, b
 
 
 def spawn_args(sandbox: SandboxCore, pid: int | None = None) -> dict[str, Any]:
-    """Where the sandbox keeps its process records (and which one)."""
-    args: dict[str, Any] = {"scratch": protocol.encode_path(sandbox.scratch_dir)}
+    """Where the sandbox keeps its process records (and which one): its own
+    directory in the scratch directory, named by a digest of its id."""
+    owner = hashlib.sha256(sandbox.id.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    args: dict[str, Any] = {"scratch": protocol.encode_path(sandbox.scratch_dir), "owner": owner}
     if pid is not None:
         args["pid"] = check_int("pid", pid, 1)
     return args
@@ -142,7 +145,8 @@ class Follower:
             "linger": self.linger,
             "budget": self.sandbox._result_budget(),
         }
-        reply = yield from FOLLOW(args, what=f"follow process {self.pid}", timeout=wait + CLEANUP_TIMEOUT)
+        what = f"follow process {self.pid}"
+        reply = yield from FOLLOW(args, what=what, timeout=wait + CLEANUP_TIMEOUT, interruptible=True)
         value = reply[0]
         if value["order"] and value["exit_code"] is None:  # busy: gather more per round trip
             self.linger = min(self.linger * 2, self.sandbox.process_linger_max)

@@ -4,9 +4,9 @@ listed in later ones, from any client.
 - ``spawn``: the command in a session of its own, watched by a supervisor
   that outlives the round trip. The supervisor copies the command's stdout
   and stderr into files of the process's record
-  (``<scratch>/.sbx-processes/<pid>/``), notes each switch between the two
-  streams, kills the group at its timeout, and writes the exit status when
-  the command ends.
+  (``<scratch>/.sbx-processes/<owner>/<pid>/``, ``owner`` a digest of the
+  sandbox's id), notes each switch between the two streams, kills the
+  group at its timeout, and writes the exit status when the command ends.
 - ``follow``: a long poll of a record: it returns as soon as there is new
   output (after a short linger that gathers more) or the exit, or after
   ``wait`` seconds, with the output since a position of the merged stream.
@@ -83,7 +83,12 @@ TICK = 0.01
 
 
 def records(args: Args) -> bytes:
-    root = os.path.join(os.path.abspath(unb64(args["scratch"])), RECORDS)
+    """The sandbox's records: one directory per sandbox id (``owner``), as
+    sandboxes may share a scratch directory (the local provider's ``/tmp``)."""
+    owner = str(args["owner"])
+    if not owner.isalnum():
+        raise Fail("INVALID_ARGUMENT", "malformed owner %r" % owner)
+    root = os.path.join(os.path.abspath(unb64(args["scratch"])), RECORDS, owner.encode("ascii"))
     os.makedirs(root, 0o700, exist_ok=True)
     return root
 
