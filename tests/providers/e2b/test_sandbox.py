@@ -25,17 +25,8 @@ from sandbox_sdk.testing import SandboxConformanceTests, provided_sandbox
 from tests.providers.e2b.conftest import API_KEY, home_of, make_provider
 from tests.providers.e2b.fake_server import FakeE2BServer
 
-#: The E2B engineer's branch (e2b) fixes these and removes the declaration.
-SIGNAL_EXIT = "execute() reports a command killed by a signal as exit -1 on E2B, not 128+N (branch e2b)"
-EXIT_STATUS_GAPS = {
-    "test_exit_status_rule[sigterm-execute]": SIGNAL_EXIT,
-    "test_exit_status_rule[sigkill-execute]": SIGNAL_EXIT,
-}
-
 
 class TestE2BSandbox(SandboxConformanceTests):
-    known_gaps = EXIT_STATUS_GAPS
-
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, fake_e2b: FakeE2BServer) -> Iterator[BaseSandbox]:
@@ -44,8 +35,6 @@ class TestE2BSandbox(SandboxConformanceTests):
 
 @pytest.mark.slow
 class TestE2BSandboxFromAsyncSandbox(SandboxConformanceTests):
-    known_gaps = EXIT_STATUS_GAPS
-
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, fake_e2b: FakeE2BServer) -> Iterator[E2BSandbox]:
