@@ -96,7 +96,7 @@ async def test_the_model_reads_one_error_prefix_from_every_tool(sandbox: LocalSa
             [
                 tool_call("ls", "call-ls", path=missing),
                 tool_call("read_file", "call-read", file_path=f"{missing}/a.txt"),
-                tool_call("glob", "call-glob", pattern="../*", path=str(sandbox.root_dir)),
+                tool_call("glob", "call-glob", pattern="*.py", path=missing),
                 tool_call(
                     "edit_file", "call-edit", file_path=f"{missing}/a.txt", old_string="a", new_string="b"
                 ),
