@@ -2,7 +2,8 @@
 local bash ``execute()``, interleaved in one process.
 
     PYTHONPATH=src .venv-da07/bin/python -m benchmarks.vs_deepagents \
-        [--repeat 15] [--transfer-mib 50 200] [--latency-ms 20 80] [--rss]
+        [--repeat 15] [--transfer-mib 50 200] [--latency-ms 20 80] [--rss] \
+        [--only NAME...] [--concurrency N]
 
 (``scripts/test-deepagents`` builds ``.venv-da07``; ``PYTHONPATH=src`` makes
 this tree's ``sandbox_sdk`` the one measured.) Both sides run every command
@@ -84,8 +85,9 @@ class Wire:
 class Ours(BaseSandbox):
     """sandbox_sdk over the wire, with ``BaseSandbox``'s default budgets."""
 
-    def __init__(self, wire: Wire) -> None:
+    def __init__(self, wire: Wire, concurrency: int = BaseSandbox.transfer_concurrency) -> None:
         self.wire = wire
+        self.transfer_concurrency = concurrency
 
     @property
     def id(self) -> str:
@@ -353,10 +355,12 @@ def row(name: str, samples: dict[str, Sample]) -> str:
     )
 
 
-def run_table(root: Path, latency_ms: float, repeat: int, transfer_mib: list[int], only: list[str]) -> None:
+def run_table(
+    root: Path, latency_ms: float, repeat: int, transfer_mib: list[int], only: list[str], concurrency: int
+) -> None:
     wires = {name: Wire(root, latency_ms / 1000) for name in ("ours", "reference")}
     sides = [
-        Side("ours", Ours(wires["ours"]), wires["ours"]),
+        Side("ours", Ours(wires["ours"], concurrency), wires["ours"]),
         Side("reference", Reference(wires["reference"]), wires["reference"]),
     ]
     operations: list[tuple[str, Op, int]] = [
@@ -454,6 +458,9 @@ def main() -> None:
     )
     parser.add_argument("--latency-transfer-mib", type=int, nargs="*", default=[10])
     parser.add_argument("--rss", action="store_true", help="client peak RSS for 200 MiB each way")
+    parser.add_argument(
+        "--concurrency", type=int, default=BaseSandbox.transfer_concurrency, help="our transfer_concurrency"
+    )
     parser.add_argument("--only", nargs="*", default=[], help="operations whose name has one of these")
     parser.add_argument("--rss-one", nargs=3, help=argparse.SUPPRESS)
     options = parser.parse_args()
@@ -467,14 +474,16 @@ def main() -> None:
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit()}, "
         f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
         f"load average {os.getloadavg()[0]:.1f}, Python {platform.python_version()}, "
-        f"deepagents {deepagents.__version__}; medians of {options.repeat} rounds"
+        f"deepagents {deepagents.__version__}; medians of {options.repeat} rounds; "
+        f"our transfer_concurrency {options.concurrency}"
     )
     with tempfile.TemporaryDirectory() as work:
         root = Path(work)
         build_tree(root)
-        run_table(root, 0, options.repeat, options.transfer_mib, options.only)
+        run_table(root, 0, options.repeat, options.transfer_mib, options.only, options.concurrency)
         for latency in options.latency_ms:
-            run_table(root, latency, options.repeat, options.latency_transfer_mib, options.only)
+            sizes = options.latency_transfer_mib
+            run_table(root, latency, options.repeat, sizes, options.only, options.concurrency)
     if options.rss:
         rss_table(200)
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
