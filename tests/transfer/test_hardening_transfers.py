@@ -240,9 +240,14 @@ def test_transfers_sweep_staging_files_older_than_a_day(local: LocalSandbox, tmp
     fresh = [plant(scratch_dir, ".sbx-upload-y.tar", 60), plant(dest_dir, ".sbx-y.tmp", 60)]
     kept = plant(dest_dir, ".sbx", day + 60)  # not a staging name
     (scratch_dir / ".sbx-locks-0").mkdir()
+    links = {age: scratch_dir / f".sbx-{age}.lnk" for age in (day + 60, 60)}  # upload links
+    for age, link in links.items():
+        link.symlink_to(dest_dir / "gone.tmp")
+        os.utime(link, (time.time() - age, time.time() - age), follow_symlinks=False)
     small = LimitedSandbox(local, **LIMITS)
     small.scratch_dir = local.scratch_dir
     small.download_dir("tree", tmp_path / "back")  # the archive's directory
     small.write("tree/big.bin", os.urandom(40_000))  # staged: the destination's directory
     assert [path.exists() for path in stale] == [False, False]
     assert [path.exists() for path in [*fresh, kept, scratch_dir / ".sbx-locks-0"]] == [True] * 4
+    assert [link.is_symlink() for link in links.values()] == [False, True]

@@ -355,10 +355,11 @@ def sync_dir(path: bytes) -> None:
 
 
 def sweep_stale(directory: bytes, now: float) -> None:
-    """Remove the ``.sbx-*`` files in ``directory`` older than a day: staging
-    files and archives that transfers interrupted past their clean-up left
-    (directories, such as ``DirLock``'s, are kept). ``now`` is the mtime of
-    the file the caller just made there (no ``time`` import for it)."""
+    """Remove the ``.sbx-*`` files and symlinks in ``directory`` older than a
+    day: staging files, archives and upload links that transfers interrupted
+    past their clean-up left (directories, such as ``DirLock``'s, are kept).
+    ``now`` is the mtime of what the caller just made there (no ``time``
+    import for it)."""
     cutoff = now - STALE_SECONDS
     try:
         with os.scandir(directory or b".") as entries:
@@ -366,7 +367,7 @@ def sweep_stale(directory: bytes, now: float) -> None:
                 e.path
                 for e in entries
                 if e.name.startswith(b".sbx-")
-                and e.is_file(follow_symlinks=False)
+                and (e.is_file(follow_symlinks=False) or e.is_symlink())
                 and e.stat(follow_symlinks=False).st_mtime < cutoff
             ]
     except OSError:

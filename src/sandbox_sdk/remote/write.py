@@ -155,6 +155,7 @@ def make_link(tmp: bytes, link: bytes) -> bool:
         os.symlink(os.path.abspath(tmp), link)
     except OSError:
         return False
+    sweep_stale(os.path.dirname(link), os.lstat(link).st_mtime)
     return True
 
 
