@@ -147,10 +147,8 @@ def probe(name: str) -> tuple[str, str]:
 @click.option("--idle-timeout", type=float, metavar="SECONDS", help="Seconds unused after which it expires.")
 def create(provider: str, labels: dict[str, str], ttl: float | None, idle_timeout: float | None) -> None:
     """Create a sandbox and print its id."""
-    given = {"ttl": ttl, "idle_timeout": idle_timeout}
-    lifetime = {key: value for key, value in given.items() if value is not None}
     with opened(provider) as sandboxes:
-        sandbox = sandboxes.create(labels=labels, **lifetime)
+        sandbox = sandboxes.create(labels=labels, ttl=ttl, idle_timeout=idle_timeout)
     click.echo(sandbox.id)
 
 
