@@ -165,11 +165,26 @@ def test_reap_on_a_platform_that_expires_its_own(tmp_path: Path) -> None:
 def test_exec_passes_output_and_exit_status_through(sbx: Sbx, sandbox: str) -> None:
     done = sbx("exec", sandbox, "--", "sh", "-c", "echo out; echo err >&2; exit 7", check=False)
     assert done.returncode == 7
-    assert done.stdout.splitlines() == ["out", "err"]  # stdout and stderr merged, as agents see them
+    assert (done.stdout, done.stderr) == ("out\n", "err\n")
+    assert sbx("exec", sandbox, "--", "sh", "-c", "kill -TERM $$", check=False).returncode == 128 + 15
     line = sbx("exec", sandbox, "printf '%s\\n' a b | tr a-z A-Z")  # one argument: a shell line
     assert line.stdout == "A\nB\n"
     quoted = sbx("exec", sandbox, "printf", "[%s]", "two words", "$HOME")  # several: quoted
     assert quoted.stdout == "[two words][$HOME]"
+
+
+def test_exec_output_is_live(sbx: Sbx, sandbox: str) -> None:
+    """The first line arrives while the command still waits for a file that only
+    the test creates after reading it (the command gives up after a minute)."""
+    waits = "echo ready; i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; ls go"
+    process = subprocess.Popen(
+        [SBX, "exec", sandbox, waits], stdout=subprocess.PIPE, text=True, env=sbx.environment()
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline() == "ready\n"
+    sbx("exec", sandbox, "touch go")
+    assert process.stdout.read() == "go\n"
+    assert process.wait(timeout=120) == 0
 
 
 def test_exec_timeout_is_status_124(sbx: Sbx, sandbox: str) -> None:
@@ -179,9 +194,10 @@ def test_exec_timeout_is_status_124(sbx: Sbx, sandbox: str) -> None:
 
 
 def test_shell_reads_lines_and_keeps_the_directory(sbx: Sbx, sandbox: str) -> None:
-    lines = "mkdir -p work/deep\ncd work/deep\n\npwd\necho hi > f; ls\nfalse\n"
+    lines = "mkdir -p work/deep\ncd work/deep\n\npwd\necho hi > f; ls\necho oops >&2; false\n"
     done = sbx("shell", sandbox, stdin=lines, check=False)
     assert done.returncode == 1  # the last command's status
+    assert done.stderr == "oops\n"
     out = done.stdout.splitlines()
     assert out[0].endswith("/work/deep")
     assert out[1:] == ["f"]

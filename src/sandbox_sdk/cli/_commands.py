@@ -14,9 +14,9 @@ import json
 import shlex
 import stat
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TextIO
 
 import click
 from rich.console import Console
@@ -180,7 +180,7 @@ def list_sandboxes(provider: str, labels: dict[str, str], as_json: bool) -> None
 def exec_command(
     ctx: click.Context, provider: str, timeout: float | None, sandbox_id: str, command: tuple[str, ...]
 ) -> None:
-    """Run COMMAND in sandbox ID and exit with its status.
+    """Run COMMAND in sandbox ID, its output live, and exit with its status.
 
     One argument is a shell command line as it stands (pipes, $VARS); several
     are one command and its arguments, quoted: `sbx exec ID -- ls -la`."""
@@ -190,14 +190,24 @@ def exec_command(
         raise click.UsageError("no COMMAND after ID")
     line = command[0] if len(command) == 1 else shlex.join(command)
     with opened(provider) as sandboxes:
-        response = sandboxes.get(sandbox_id).execute(line, timeout=timeout)
-    sys.stdout.write(response.output)
-    sys.stdout.flush()
-    if response.truncated:
+        result = sandboxes.get(sandbox_id).run(
+            line, timeout=timeout, on_stdout=live(sys.stdout), on_stderr=live(sys.stderr)
+        )
+    if result.truncated:
         click.echo("sbx: the output was cut at the provider's limit", err=True)
-    if response.timed_out:
+    if result.timed_out:
         click.echo("sbx: the command was killed at its timeout", err=True)
-    ctx.exit(1 if response.exit_code is None else response.exit_code)
+    ctx.exit(1 if result.exit_code is None else result.exit_code)
+
+
+def live(stream: TextIO) -> Callable[[str], None]:
+    """A ``run`` callback writing text to ``stream`` as it arrives."""
+
+    def write(text: str) -> None:
+        stream.write(text)
+        stream.flush()
+
+    return write
 
 
 @cli.command()

@@ -2,7 +2,8 @@
 
 Each line runs in a new ``bash`` in the directory the previous line ended in
 (so ``cd`` carries over; shell variables do not). The line is followed by a
-marker line carrying ``$PWD``, which is cut from the output shown.
+marker line carrying ``$PWD`` on stdout, which is cut from the output shown;
+the command's stderr goes to ours.
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ def run_shell(sandbox: BaseSandbox) -> int:
             click.echo(f"Error: {exc}", err=True)
             status = 1
             continue
-        output, ended_in = split_marker(response.output)
+        output, ended_in = split_marker(response.stdout)
         sys.stdout.write(output)
         sys.stdout.flush()
+        sys.stderr.write(response.stderr)
         cwd = ended_in or cwd
         status = 1 if response.exit_code is None else response.exit_code
     return status
