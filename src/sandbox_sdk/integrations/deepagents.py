@@ -200,7 +200,7 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
         # deepagents lets 0 mean "no timeout" where a backend supports that; a
         # sandbox always has one, so 0 means the sandbox's default, as in run().
         try:
-            response: ExecuteResponse = yield ("run", (command,), {"timeout": timeout})
+            response: ExecuteResponse = yield ("execute", (command,), {"timeout": timeout or None})
         except errors.SandboxError as exc:
             return da.ExecuteResponse(output=f"Error: the sandbox could not run the command: {exc}")
         output = texts.with_timeout_note(response, timeout)
