@@ -12,16 +12,8 @@ from sandbox_sdk.testing import SandboxConformanceTests, provided_sandbox
 
 GiB = 1024**3
 
-#: Removed by the long-lived jail (branch bwrap-jail).
-NO_BACKGROUND = (
-    "each execute() is a bubblewrap jail of its own that ends with the call and takes every process "
-    "in it along, the supervisor of a background command included (branch bwrap-jail)"
-)
-
 
 class TestBwrapSandbox(SandboxConformanceTests):
-    background_gap = NO_BACKGROUND
-
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, module_provider: BwrapProvider) -> Iterator[BaseSandbox]:

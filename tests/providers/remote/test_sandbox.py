@@ -9,13 +9,10 @@ import pytest
 
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.testing import SandboxConformanceTests
-from tests.providers.bwrap.test_sandbox import NO_BACKGROUND
 from tests.providers.remote.conftest import remote_sandbox
 
 
 class TestRemoteSandboxOnBwrap(SandboxConformanceTests):
-    background_gap = NO_BACKGROUND
-
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, bwrap_url: str, token: str) -> Iterator[BaseSandbox]:
