@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -38,3 +40,24 @@ def test_default_limits_let_a_runtime_reserve_what_a_jvm_does(module_provider: B
         assert beyond.exit_code == 1 and "Cannot allocate memory" in beyond.output
     with module_provider.create(limits=ResourceLimits(memory_bytes=2 * GiB)) as small:
         assert "Cannot allocate memory" in small.execute(RESERVE.format(3 * GiB)).output
+
+
+DIGEST_JAVA = """
+import java.security.MessageDigest;
+public class Digest {
+    public static void main(String[] args) throws Exception {
+        byte[] sum = MessageDigest.getInstance("SHA-256").digest("sandbox".getBytes("UTF-8"));
+        System.out.println(String.format("%02x%02x", sum[0], sum[1]));
+    }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="no Java on this machine")
+def test_java_finds_its_security_configuration(module_provider: BwrapProvider) -> None:
+    """Debian's OpenJDK keeps java.security under /etc/java-*, linked from
+    /usr/lib/jvm; without it the JVM cannot load any security provider."""
+    with module_provider.create() as sandbox:
+        sandbox.write("Digest.java", DIGEST_JAVA)
+        response = sandbox.execute("java Digest.java", timeout=120)
+    assert (response.exit_code, response.output) == (0, hashlib.sha256(b"sandbox").hexdigest()[:4] + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import os
 import shutil
 import subprocess
@@ -59,6 +60,11 @@ ETC_ENTRIES = (
     "protocols",
     "services",
 )
+#: Toolchain configuration that packages installed under ``/usr`` keep in
+#: ``/etc`` and link to from there (Debian's OpenJDK: ``/usr/lib/jvm/*/conf``
+#: holds links into ``/etc/java-17-openjdk``; without it ``java`` cannot load
+#: its ``java.security`` file).
+ETC_TOOLCHAIN_PATTERNS = ("java-*",)
 #: What ``/proc`` tells of kernel keys: every key the reader may view, by
 #: name, and key counts per user. Masked with /dev/null, as Docker masks
 #: ``/proc/keys`` (moby/moby daemon/pkg/oci/defaults.go, MaskedPaths).
@@ -175,7 +181,10 @@ def _system_mounts(extra_ro_binds: Sequence[str]) -> list[str]:
         elif os.path.isdir(directory):
             args += ["--ro-bind", directory, directory]
     args += ["--perms", "0755", "--dir", "/etc"]
-    for entry in ETC_ENTRIES:
+    toolchains = sorted(
+        os.path.basename(p) for pattern in ETC_TOOLCHAIN_PATTERNS for p in glob.glob(f"/etc/{pattern}")
+    )
+    for entry in (*ETC_ENTRIES, *toolchains):
         args += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
     for path in extra_ro_binds:
         args += ["--ro-bind", path, path]
