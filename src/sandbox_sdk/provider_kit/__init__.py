@@ -11,7 +11,9 @@ and :class:`~sandbox_sdk.SandboxProvider`; the shipped providers use the same.
 - Checking arguments before any round trip: :func:`check_path`.
 - Native streaming of a command's output: override
   ``BaseSandbox._stream_command``, which gets a :class:`Command` and an
-  :data:`OutputSink` (see docs/processes.md).
+  :data:`OutputSink` (see docs/processes.md); :class:`Collected` keeps the
+  result's output up to its cap, :func:`can_clean_up` says whether an
+  interrupted operation may still kill what it started.
 - Native operations: subclass :class:`NativeRequest` for your platform's
   calls, override an ``_op_*`` operation to yield them and ``_perform`` /
   ``_aperform`` to carry them out (the sync and async APIs then share one body);
@@ -29,7 +31,8 @@ and :class:`~sandbox_sdk.SandboxProvider`; the shipped providers use the same.
 """
 
 from sandbox_sdk._core import NativeRequest, Operation, Pipeline, Request, check_path, new_token
-from sandbox_sdk._process import Command, OutputSink
+from sandbox_sdk._kernel import can_clean_up
+from sandbox_sdk._process import Collected, Command, OutputSink
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE
 from sandbox_sdk.provider_kit.host_process import (
     ARGV_COMMAND_BYTES,
@@ -59,6 +62,7 @@ __all__ = [
     "TIMEOUT_EXIT_CODE",
     "TRANSFER_ERROR_CODES",
     "WORKSPACE_DIR",
+    "Collected",
     "Command",
     "HostStateProvider",
     "KeepAlive",
@@ -74,6 +78,7 @@ __all__ = [
     "UploadSource",
     "arun_process",
     "bash_script",
+    "can_clean_up",
     "check_path",
     "check_seconds",
     "download_result",

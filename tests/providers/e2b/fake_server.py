@@ -657,7 +657,13 @@ class _ProcessService(process_connect.Process):
         sandbox.processes[process.pid] = process
         loop = asyncio.get_running_loop()
         deadline = loop.call_later(timeout, _kill, process) if timeout > 0 else None
-        queue: asyncio.Queue[process_pb.ProcessEvent.DataEvent | None] = asyncio.Queue()
+        # The output waits for the stream, as envd's does: its fan-out hands each
+        # read to the subscriber's unbuffered channel and blocks until the stream
+        # takes it (e2b-dev/infra packages/envd/internal/services/process/handler/
+        # multiplex.go at 0527eb5: ``run``'s ``s.ch <- v``, line 67; ``Fork``'s
+        # ``make(chan T)``), so a fast writer fills its pipe and waits, however
+        # slowly the client reads.
+        queue: asyncio.Queue[process_pb.ProcessEvent.DataEvent | None] = asyncio.Queue(maxsize=1)
 
         async def pump(stream: asyncio.StreamReader | None, is_stdout: bool) -> None:
             assert stream is not None

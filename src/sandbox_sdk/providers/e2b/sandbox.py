@@ -11,9 +11,11 @@ move, so a handle moves it, at most once per keep-alive interval.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import math
+import os
 import posixpath
 import threading
 import time
@@ -23,21 +25,39 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Generic, TypeVar
 
-from e2b import AsyncCommandHandle, AsyncSandbox, CommandExitException, CommandHandle, FileType, Sandbox
+from e2b import (
+    AsyncCommandHandle,
+    AsyncSandbox,
+    CommandExitException,
+    CommandHandle,
+    CommandResult,
+    FileType,
+    Sandbox,
+)
 from e2b import exceptions as e2b_errors
 
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
-from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
+from sandbox_sdk.models import (
+    ExecuteResponse,
+    FileDownloadResponse,
+    FileUploadResponse,
+    RunResult,
+    StreamName,
+)
 from sandbox_sdk.provider_kit import (
     TIMEOUT_EXIT_CODE,
+    Collected,
+    Command,
     KeepAlive,
     Lifetime,
     NativeRequest,
     Operation,
+    OutputSink,
     Pipeline,
     Progress,
     UploadSource,
+    can_clean_up,
     check_path,
     download_result,
     new_token,
@@ -50,24 +70,26 @@ R = TypeVar("R")
 
 #: Command timeout when ``execute`` is given none: the SDK's own default.
 DEFAULT_TIMEOUT = 60.0
-#: Put in front of every command. ``exec 2>&1``: envd streams stdout and
-#: stderr separately, our contract is one merged stream in order. Then the
-#: command becomes a process group of its own whose id is the shell's pid
-#: (the pid envd reports), so a timeout can kill the group whole: envd's
-#: deadline kills the shell alone and would leave what it started running.
-#: envd starts the shell in envd's own process group (no setsid, no setpgid: see
-#: the fake's docstring), so the shell re-executes its own ``-c`` string under ``setsid``,
-#: which then makes a session without forking and the pid stays. ``setsid``
-#: forks when its caller already leads a group, and the group would get a pid
-#: we never learn: so the shell reads its group from /proc first, and a shell
-#: that leads its group already (an envd that did call setsid) runs as it is.
-COMMAND_PREFIX = (
-    "exec 2>&1\n"
+#: Put in front of every command: the command becomes a process group of its
+#: own whose id is the shell's pid (the pid envd reports), so a timeout or an
+#: interruption can kill the group whole: envd's deadline and ``commands.kill``
+#: kill the shell alone and would leave what it started running. envd starts
+#: the shell in envd's own process group (no setsid, no setpgid: see the
+#: fake's docstring), so the shell re-executes its own ``-c`` string under
+#: ``setsid``, which then makes a session without forking and the pid stays.
+#: ``setsid`` forks when its caller already leads a group, and the group would
+#: get a pid we never learn: so the shell reads its group from /proc first,
+#: and a shell that leads its group already (an envd that did call setsid)
+#: runs as it is.
+OWN_GROUP_PREFIX = (
     'if [ -z "${SBX_OWN_GROUP-}" ]; then read -r _ _ _ _ SBX_GROUP _ </proc/$$/stat 2>/dev/null;'
     ' if [ "${SBX_GROUP-}" != "$$" ] && command -v setsid >/dev/null 2>&1; then'
     ' SBX_OWN_GROUP=1 exec setsid bash -l -c "$BASH_EXECUTION_STRING"; fi; fi\n'
     "unset SBX_OWN_GROUP SBX_GROUP\n"
 )
+#: ``execute``'s prefix: ``exec 2>&1`` first, as envd streams stdout and
+#: stderr separately and ``execute``'s contract is one merged stream in order.
+COMMAND_PREFIX = "exec 2>&1\n" + OWN_GROUP_PREFIX
 #: Timeout of the command that kills a timed-out command's process group.
 GROUP_KILL_TIMEOUT = 30.0
 
@@ -231,14 +253,18 @@ class _Output:
 
 
 class _CommandRun:
-    """One ``execute``: the command as sent, its output, and the reading of its outcome."""
+    """One command (an ``execute``, or a streamed one with ``prefix`` keeping
+    its streams apart): the command as sent, its output, and the reading of
+    its outcome."""
 
-    def __init__(self, command: str, timeout: float, max_output_bytes: int) -> None:
+    def __init__(
+        self, command: str, timeout: float, max_output_bytes: int, *, prefix: str = COMMAND_PREFIX
+    ) -> None:
         if not isinstance(command, str):
             raise errors.InvalidArgumentError("command must be a str")
         self.timeout = timeout
         self.output = _Output(max_output_bytes)
-        self.command = COMMAND_PREFIX + command
+        self.command = prefix + command
         self.started = time.monotonic()
 
     def streams(self) -> dict[str, Any]:
@@ -255,27 +281,33 @@ class _CommandRun:
 
     def failed(self, exc: Exception) -> ExecuteResponse:
         """The response for a run that raised, or the typed error to raise."""
+        exit_code, timed_out = self.outcome(exc)
+        return self.response(exit_code, timed_out=timed_out)
+
+    def outcome(self, exc: Exception) -> tuple[int | None, bool]:
+        """The exit status and whether our timeout struck, for a run that
+        raised; or the typed error to raise."""
         if isinstance(exc, errors.SandboxError):  # typed already (the keep-alive's)
             raise exc
         if isinstance(exc, CommandExitException):
             if exc.exit_code >= 0:
-                return self.response(exc.exit_code)
+                return exc.exit_code, False
             # Killed by a signal: Go reports exit code -1 and names the signal.
             # envd kills the command at the deadline, and when its end event
             # ("signal: killed") beats the client's own deadline, the SDK
             # reports an exit instead of a timeout.
             if time.monotonic() - self.started >= self.timeout:
-                return self.response(None, timed_out=True)
+                return None, True
             code = signal_exit_code(exc.error)
             if code is None:
                 raise errors.SandboxRuntimeError(
                     f"execute: the command ended without an exit status: {exc.error!r}"
                 )
-            return self.response(code)
+            return code, False
         if isinstance(exc, e2b_errors.TimeoutException) and not isinstance(
             exc, e2b_errors.SandboxNotRunningException | e2b_errors.SandboxUnreachableException
         ):
-            return self.response(None, timed_out=True)
+            return None, True
         raise typed_error(exc, "execute") from exc
 
 
@@ -360,6 +392,117 @@ class KillGroup(SdkCall):
 
     def errors(self) -> AbstractContextManager[None]:
         return translate_errors("kill a timed-out command")
+
+
+class _Feed:
+    """A streamed command (``commands.run`` in the background, stdout and
+    stderr apart) read piece by piece, through either SDK flavour: the sync
+    handle is iterated, the async one calls back into a queue that a ``None``
+    ends once its wait is over. Each piece is one :class:`NextPiece`, so the
+    operation hands it on (to ``stream``'s consumer too) as it comes."""
+
+    def __init__(self, run: _CommandRun, command: Command) -> None:
+        self.run = run
+        self.options: dict[str, Any] = {"background": True, "timeout": run.timeout, "retain_output": False}
+        if command.cwd is not None:
+            self.options["cwd"] = os.fsdecode(command.cwd)
+        if command.env:
+            self.options["envs"] = dict(command.env)
+        self.queue: asyncio.Queue[tuple[StreamName, str] | None] = asyncio.Queue()
+        self.handle: CommandHandle | AsyncCommandHandle | None = None
+        self.events: Iterator[tuple[str | None, str | None, Any]] = iter(())
+        self.ended: asyncio.Future[CommandResult] | None = None
+
+    def start(self, sdk: Sandbox) -> int:
+        handle = sdk.commands.run(self.run.command, **self.options)
+        assert isinstance(handle, CommandHandle)
+        self.handle, self.events = handle, iter(handle)
+        return int(handle.pid)
+
+    async def astart(self, sdk: AsyncSandbox) -> int:
+        handle = await sdk.commands.run(
+            self.run.command,
+            **self.options,
+            on_stdout=lambda text: self.queue.put_nowait(("stdout", text)),
+            on_stderr=lambda text: self.queue.put_nowait(("stderr", text)),
+        )
+        self.handle = handle
+        self.ended = asyncio.ensure_future(handle.wait())
+        self.ended.add_done_callback(lambda _: self.queue.put_nowait(None))
+        return int(handle.pid)
+
+    def next(self) -> tuple[StreamName, str] | CommandResult:
+        """The next piece, or the result once the command has ended (a
+        non-zero exit raises ``CommandExitException``, as the SDK's wait does)."""
+        for stdout, stderr, _ in self.events:
+            return ("stdout", stdout) if stdout is not None else ("stderr", stderr or "")
+        assert isinstance(self.handle, CommandHandle)
+        return self.handle.wait()
+
+    async def anext(self) -> tuple[StreamName, str] | CommandResult:
+        piece = await self.queue.get()
+        if piece is not None:
+            return piece
+        assert self.ended is not None
+        return await self.ended
+
+    def close(self) -> None:
+        """Stop receiving the command's events (the command is killed apart)."""
+        if isinstance(self.handle, CommandHandle):
+            self.handle.disconnect()
+
+    async def aclose(self) -> None:
+        if self.ended is not None:
+            self.ended.cancel()
+        if isinstance(self.handle, AsyncCommandHandle):
+            await self.handle.disconnect()
+
+
+@dataclass(frozen=True)
+class StartStream(SdkCall):
+    """Start a streamed command; its pid."""
+
+    feed: _Feed
+
+    def call(self, sdk: Sandbox | AsyncSandbox) -> Any:
+        return self.feed.start(sdk) if isinstance(sdk, Sandbox) else self.feed.astart(sdk)
+
+
+@dataclass(frozen=True)
+class NextPiece(SdkCall):
+    """The next piece of a streamed command's output, or its end."""
+
+    feed: _Feed
+
+    def call(self, sdk: Sandbox | AsyncSandbox) -> Any:
+        return self.feed.next() if isinstance(sdk, Sandbox) else self.feed.anext()
+
+
+@dataclass(frozen=True)
+class CloseStream(SdkCall):
+    """Stop receiving an interrupted command's events."""
+
+    feed: _Feed
+
+    def call(self, sdk: Sandbox | AsyncSandbox) -> Any:
+        return self.feed.close() if isinstance(sdk, Sandbox) else self.feed.aclose()
+
+
+def _follow(feed: _Feed, collected: Collected, sink: OutputSink) -> Generator[SdkCall, Any, RunResult]:
+    """Hand each piece of a started command's output to ``sink`` and keep it
+    in ``collected``, up to the command's end."""
+    while True:
+        try:
+            piece = yield NextPiece(feed)
+        except Exception as exc:  # noqa: BLE001 - sorted out by _CommandRun.outcome
+            exit_code, timed_out = feed.run.outcome(exc)
+            return collected.result(exit_code, timed_out)
+        if isinstance(piece, CommandResult):
+            return collected.result(piece.exit_code, False)
+        stream, text = piece
+        data = text.encode("utf-8", "surrogateescape")
+        collected.add(stream, data)
+        sink(stream, data)
 
 
 # -- operations -----------------------------------------------------------------------------------
@@ -592,6 +735,31 @@ class E2BSandbox(BaseSandbox):
                 yield KillGroup(handle.pid)
             return response
         return run.response(result.exit_code)
+
+    def _stream_command(
+        self, command: Command, sink: OutputSink, *, keep_output: bool = True
+    ) -> Operation[RunResult]:
+        """Natively: ``commands.run`` in the background with stdout and stderr
+        apart, each output event envd streams handed to ``sink`` as it comes:
+        no polling. Past the timeout, or interrupted, the command's process
+        group is killed. A command with ``stdin`` takes the derived path
+        (envd takes stdin as separate ``SendInput`` calls after the start)."""
+        if command.stdin is not None:
+            return (yield from super()._stream_command(command, sink, keep_output=keep_output))
+        seconds = self.timeout if command.timeout is None else command.timeout
+        feed = _Feed(_CommandRun(command.command, seconds, 0, prefix=OWN_GROUP_PREFIX), command)
+        pid = yield StartStream(feed)
+        try:
+            result = yield from _follow(feed, Collected(self.max_output_bytes if keep_output else 0), sink)
+        except BaseException as exc:
+            if can_clean_up(exc):
+                with contextlib.suppress(errors.SandboxError):
+                    yield KillGroup(pid)
+                    yield CloseStream(feed)
+            raise
+        if result.timed_out:
+            yield KillGroup(pid)
+        return result
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
         return self._drive(self._op_execute(command, timeout))
