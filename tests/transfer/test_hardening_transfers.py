@@ -85,9 +85,12 @@ def test_upload_dir_refused_for_a_bad_tree_creates_nothing(local: LocalSandbox, 
     tree.mkdir()
     (tree / "out").symlink_to("../../../etc")
     with pytest.raises(errors.InvalidPathError):
-        local.upload_dir(tree, "new/target")
+        local.upload_dir(tree, "new/target", symlinks="refuse")
     assert not (local.root_dir / "new").exists()
     assert scratch(local) == []
+    skipped = local.upload_dir(tree, "new/target")  # the default leaves the link out, and says so
+    assert skipped.skipped == ["out"]
+    assert os.listdir(local.root_dir / "new/target") == []
 
 
 def a_tree(tmp_path: Path) -> Path:
