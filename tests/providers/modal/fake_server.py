@@ -44,7 +44,10 @@ Task command router RPCs served:
     TaskExecStart           spawns ``command_args`` as a real process (own session) with the
                             sandbox env + exec env, in ``workdir`` or the sandbox directory;
                             ``timeout_secs`` kills the process group
-    TaskExecStdioRead       streams stdout / stderr from ``offset`` until the stream closes
+    TaskExecStdioRead       streams stdout / stderr from ``offset`` until the stream closes;
+                            a stream read to its end is then freed (reading before that
+                            offset again is OUT_OF_RANGE), so the fake's memory, in the
+                            tests' own process, stays bounded
     TaskExecStdinWrite / TaskExecStdinWriteStream / TaskExecStdinStatus
     TaskExecPoll / TaskExecWait  exit code, or the signal for a killed process. An exec
                             past ``timeout_secs`` is killed here, on the worker side (SIGKILL to
@@ -160,6 +163,7 @@ class _Exec:
     stdout: bytearray = field(default_factory=bytearray)
     stderr: bytearray = field(default_factory=bytearray)
     closed_fds: set[int] = field(default_factory=set)
+    released: dict[int, int] = field(default_factory=dict)  # bytes of a stream delivered and freed
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     stdin_written: int = 0
     stdin_closed: bool = False
@@ -171,9 +175,18 @@ class _Exec:
 
     async def read_from(self, fd: int, offset: int) -> bytes:
         """The next chunk of output at ``offset``, waiting for it; empty once the stream is closed."""
+        start = offset - self.released.get(fd, 0)
+        if start < 0:
+            raise GRPCError(Status.OUT_OF_RANGE, f"output before offset {offset} was already delivered")
         async with self.changed:
-            await self.changed.wait_for(lambda: len(self.buffer(fd)) > offset or fd in self.closed_fds)
-            return bytes(self.buffer(fd)[offset : offset + _STDIO_CHUNK])
+            await self.changed.wait_for(lambda: len(self.buffer(fd)) > start or fd in self.closed_fds)
+            return bytes(self.buffer(fd)[start : start + _STDIO_CHUNK])
+
+    def release(self, fd: int) -> None:
+        """Free a stream read to its closed end. The fake runs in the tests' own process, so
+        output it kept for every exec of a sandbox would count as the client's memory."""
+        self.released[fd] = self.released.get(fd, 0) + len(self.buffer(fd))
+        self.buffer(fd).clear()
 
     async def write_stdin(self, offset: int, data: bytes, eof: bool) -> None:
         """Append stdin bytes at ``offset``; bytes already written (a client retry) are skipped."""
@@ -609,6 +622,7 @@ class _CommandRouter(_unimplemented_rpcs(TaskCommandRouterBase), TaskCommandRout
         while chunk := await proc.read_from(fd, offset):
             await stream.send_message(tcr_pb2.TaskExecStdioReadResponse(data=chunk))
             offset += len(chunk)
+        proc.release(fd)
 
     async def TaskExecStdinWrite(self, stream: Stream[Any, Any]) -> None:
         request: tcr_pb2.TaskExecStdinWriteRequest = await self._request(stream)
