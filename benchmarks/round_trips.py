@@ -31,6 +31,8 @@ OPERATIONS: list[tuple[str, Callable[[RecordingSandbox], Any]]] = [
     ("delete file", lambda s: s.delete("dir/new.txt")),
     ("delete -r", lambda s: s.delete("a", recursive=True)),
     ("run (cwd, env, stdin)", lambda s: s.run("cat", cwd="dir", env={"A": "1"}, stdin=b"in")),
+    ("run with on_stdout (0.5 s)", lambda s: s.run("sleep 0.5; echo hi", on_stdout=lambda text: None)),
+    ("start + kill", lambda s: s.start("sleep 30").kill()),
     ("execute('true')", lambda s: s.execute("true")),
     ("upload_files 100 x 1 KiB", lambda s: s.upload_files([(f"up/{i}", b"u" * 1024) for i in range(100)])),
     ("download_files 100 x 1 KiB", lambda s: s.download_files([f"up/{i}" for i in range(100)])),

@@ -21,23 +21,13 @@ class SandboxSuite:
     #: the provider cannot offer; each becomes a strict xfail, so the entry must
     #: go once the gap is fixed.
     known_gaps: ClassVar[dict[str, str]] = {}
-    #: Why a command on this platform cannot outlive its ``execute()`` call
-    #: (``None``: it can). The tests that need a background process
-    #: (``background_tests``) are then expected to fail, though not strictly:
-    #: a short command may still end before its call does.
-    background_gap: ClassVar[str | None] = None
-    #: The tests that need a command to outlive ``execute()`` (names, or ``name[id]``).
-    background_tests: ClassVar[frozenset[str]] = frozenset()
 
     @pytest.fixture(autouse=True)
     def _declared_gaps(self, request: pytest.FixtureRequest) -> None:
         # A gap names a test, or one parametrization of it ("test_x[id]").
-        names = (request.node.name, request.node.originalname)
-        reason = self.known_gaps.get(names[0]) or self.known_gaps.get(names[1])
+        reason = self.known_gaps.get(request.node.name) or self.known_gaps.get(request.node.originalname)
         if reason:
             request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
-        elif self.background_gap and any(name in self.background_tests for name in names):
-            request.applymarker(pytest.mark.xfail(reason=self.background_gap, strict=False))
 
     @pytest.fixture
     def workdir(self, sandbox: BaseSandbox) -> Iterator[str]:

@@ -117,30 +117,6 @@ HOSTILE_CONTENTS: list[bytes] = [
 class SandboxConformanceTests(SandboxSuite):
     """Checks ``execute`` semantics and every ``BaseSandbox`` operation."""
 
-    background_tests = frozenset(
-        {
-            *(f"test_exit_status_rule[{case}-run-followed]" for case in EXIT_STATUSES),
-            "test_run_keeps_stdout_and_stderr_apart_in_arrival_order[followed]",
-            "test_run_output_that_is_not_utf8[followed]",
-            "test_callbacks_get_output_while_the_command_runs",
-            "test_run_with_a_callback_and_stdin_larger_than_a_command",
-            "test_start_read_wait",
-            "test_a_process_outlives_the_call_and_is_polled",
-            "test_wait_with_a_timeout_leaves_the_process_running",
-            "test_kill_escalates_for_a_group_that_ignores_sigterm",
-            "test_kill_with_another_signal",
-            "test_reattach_from_a_second_client",
-            "test_a_process_whose_supervisor_died_is_lost_not_waited_for",
-            "test_background_server_reached_by_later_commands",
-            "test_stream_events",
-            "test_leaving_a_stream_early_kills_the_command",
-            "test_an_exception_in_a_callback_kills_the_command",
-            "test_async_processes",
-            "test_cancelling_a_followed_run_kills_the_command",
-            "test_stream_of_100_mib_keeps_client_memory_bounded",
-        }
-    )
-
     # -- execute -------------------------------------------------------------------------
 
     def test_exit_code_passes_through(self, sandbox: BaseSandbox) -> None:
