@@ -4,7 +4,8 @@ Run: ``.venv/bin/python -m benchmarks.processes [rounds] [--providers local bwra
 Per provider, rounds alternating between providers so drift in machine load
 hits both alike:
 
-- ``execute("true")``: the baseline round trip.
+- ``execute("true")``: the baseline round trip; ``stat``, a round trip of a
+  script, for scale (a poll is one too).
 - ``run("echo hi; sleep 2", on_stdout=...)``: time to the first output byte
   (the callback's first call) and to the end, each over the baseline.
 - a poll round trip: ``Process.read()`` of a running process (a ``follow``
@@ -96,6 +97,7 @@ def main() -> None:
     options = parser.parse_args()
     measures: dict[str, Callable[[BaseSandbox], float]] = {
         'execute("true")': lambda sandbox: ms(_timed(lambda: sandbox.execute("true"))),
+        "stat (a script round trip, for scale)": lambda sandbox: ms(_timed(lambda: sandbox.stat("."))),
         "first output byte": lambda sandbox: first_byte(sandbox)[0],
         "followed run to its end (2 s command)": lambda sandbox: first_byte(sandbox)[1],
         "poll round trip (read)": poll_trip,
