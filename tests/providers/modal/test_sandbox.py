@@ -23,18 +23,8 @@ from sandbox_sdk.testing import SandboxConformanceTests, provided_sandbox
 from sandbox_sdk.transfer import TransferResults
 from tests.providers.modal.fake_server import FakeModalServer
 
-#: The modal engineer's to lift (the fake could drop an exec's output once it is read).
-FAKE_KEEPS_OUTPUT = {
-    "test_stream_of_100_mib_keeps_client_memory_bounded": (
-        "the fake server runs in this process and keeps every exec's output for the sandbox's life "
-        "(fake_server.py, _Exec.stdout), so the traced peak grows with the stream; the client's does not"
-    )
-}
-
 
 class TestModalSandbox(SandboxConformanceTests):
-    known_gaps = FAKE_KEEPS_OUTPUT
-
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, modal_provider: ModalProvider) -> Iterator[BaseSandbox]:
@@ -60,8 +50,6 @@ class _AsyncDrivenSandbox(ModalSandbox):
 
 @pytest.mark.slow
 class TestModalSandboxAsyncApi(SandboxConformanceTests):
-    known_gaps = FAKE_KEEPS_OUTPUT
-
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, modal_provider: ModalProvider) -> Iterator[ModalSandbox]:
