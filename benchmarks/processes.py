@@ -1,6 +1,10 @@
 """What the process model costs, against ``execute("true")`` in the same run.
 
-Run: ``.venv/bin/python -m benchmarks.processes [rounds] [--providers local bwrap]``.
+Run: ``.venv/bin/python -m benchmarks.processes [rounds] [--providers local bwrap e2b-fake]``.
+``e2b-fake`` is E2B through the project's fake service on 127.0.0.1
+(tests/providers/e2b/fake_server.py): it measures the native streaming path
+(one ``commands.run`` whose output envd streams, no polls) and the SDK's own
+cost, not E2B's network or envd.
 Per provider, rounds alternating between providers so drift in machine load
 hits both alike:
 
@@ -12,7 +16,8 @@ hits both alike:
   that does not wait), over the baseline.
 - polls per second of runtime at the default interval, for a quiet command
   (``sleep 6``) and a chatty one (a line every 50 ms for 6 s): ``execute()``
-  calls counted during ``run`` with a callback, over its runtime.
+  calls counted during ``run`` with a callback, over its runtime (none on a
+  native streaming path).
 - ``start`` + ``kill``: the two round trips of a background command started
   and killed, over the baseline.
 """
@@ -24,16 +29,36 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.bwrap import BwrapProvider
+from sandbox_sdk.providers.e2b import E2BProvider
 from sandbox_sdk.providers.local import LocalProvider
+from tests.providers.e2b.fake_server import FakeE2BServer
 
-PROVIDERS: dict[str, Callable[[Path], BaseSandbox]] = {
-    "local": lambda state: LocalProvider(state / "local").create(),
-    "bwrap": lambda state: BwrapProvider(state / "bwrap").create(),
+#: The only API key the fake E2B service is given.
+FAKE_E2B_KEY = "e2b_benchmark_key"
+
+
+def e2b_fake(state: Path, stack: ExitStack) -> BaseSandbox:
+    """A sandbox of the fake E2B service, which ``stack`` stops at the end."""
+    (state / "e2b").mkdir()
+    fake = FakeE2BServer(api_key=FAKE_E2B_KEY, base_dir=state / "e2b")
+    fake.start()
+    stack.callback(fake.stop)
+    provider = E2BProvider(api_key=FAKE_E2B_KEY, api_url=fake.url, sandbox_url=fake.url)
+    sandbox = provider.create()
+    stack.callback(provider.delete, sandbox_id=sandbox.id)
+    return sandbox
+
+
+PROVIDERS: dict[str, Callable[[Path, ExitStack], BaseSandbox]] = {
+    "local": lambda state, stack: LocalProvider(state / "local").create(),
+    "bwrap": lambda state, stack: BwrapProvider(state / "bwrap").create(),
+    "e2b-fake": e2b_fake,
 }
 QUIET = "sleep 6"
 CHATTY = "for i in $(seq 120); do echo line $i; sleep 0.05; done"
@@ -87,7 +112,8 @@ def polls_per_second(sandbox: BaseSandbox, command: str) -> float:
     sandbox.run(command, on_stdout=lambda text: None)
     elapsed = time.perf_counter() - started
     del sandbox.execute
-    return (counter.calls - 2) / elapsed  # less spawn and forget
+    polls = counter.calls - 2 if counter.calls else 0  # less spawn and forget; native: no call
+    return polls / elapsed
 
 
 def main() -> None:
@@ -104,8 +130,8 @@ def main() -> None:
         "start + kill": start_kill,
     }
     samples: dict[tuple[str, str], list[float]] = {}
-    with tempfile.TemporaryDirectory() as state:
-        sandboxes = {name: PROVIDERS[name](Path(state)) for name in options.providers}
+    with tempfile.TemporaryDirectory() as state, ExitStack() as stack:
+        sandboxes = {name: PROVIDERS[name](Path(state), stack) for name in options.providers}
         for _ in range(options.rounds):
             for measure, run in measures.items():
                 for name, sandbox in sandboxes.items():

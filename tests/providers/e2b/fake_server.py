@@ -122,6 +122,8 @@ DEFAULT_TIMEOUT_SECONDS = 15
 MAX_LIFETIME_SECONDS = 86_400
 DEFAULT_PAGE_LIMIT = 100
 CHUNK_SIZE = 32 * 1024
+#: Output events envd holds for a command's stream before its readers wait (``outputBufferSize``).
+OUTPUT_EVENTS = 64
 PROCESS_ROUTE = "/process.Process/"
 FILESYSTEM_ROUTE = "/filesystem.Filesystem/"
 
@@ -657,13 +659,16 @@ class _ProcessService(process_connect.Process):
         sandbox.processes[process.pid] = process
         loop = asyncio.get_running_loop()
         deadline = loop.call_later(timeout, _kill, process) if timeout > 0 else None
-        # The output waits for the stream, as envd's does: its fan-out hands each
-        # read to the subscriber's unbuffered channel and blocks until the stream
-        # takes it (e2b-dev/infra packages/envd/internal/services/process/handler/
-        # multiplex.go at 0527eb5: ``run``'s ``s.ch <- v``, line 67; ``Fork``'s
-        # ``make(chan T)``), so a fast writer fills its pipe and waits, however
-        # slowly the client reads.
-        queue: asyncio.Queue[process_pb.ProcessEvent.DataEvent | None] = asyncio.Queue(maxsize=1)
+        # Output waits for the stream, as envd's does: its readers send each
+        # chunk (32 KiB at most) into a channel of 64 events and block while it
+        # is full ("blocked on a full Source channel send (back-pressure)"), and
+        # the fan-out hands each on to the stream's unbuffered channel
+        # (e2b-dev/infra packages/envd/internal/services/process/handler/
+        # handler.go at 0000635: ``outputBufferSize = 64``, ``stdChunkSize``, the
+        # readers' ``outMultiplex.Source <- event`` in ``New``, the comment in
+        # ``Wait``; multiplex.go at 0527eb5, ``run``'s ``s.ch <- v``, line 67).
+        # So a fast writer fills its pipe and waits, however slowly the client reads.
+        queue: asyncio.Queue[process_pb.ProcessEvent.DataEvent | None] = asyncio.Queue(maxsize=OUTPUT_EVENTS)
 
         async def pump(stream: asyncio.StreamReader | None, is_stdout: bool) -> None:
             assert stream is not None

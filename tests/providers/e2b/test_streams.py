@@ -131,3 +131,20 @@ def test_stdin_takes_the_derived_path(fake_e2b: FakeE2BServer, e2b_sandbox: E2BS
     result = e2b_sandbox.run("cat", stdin=b"fed\n", on_stdout=pieces.append)
     assert (pieces, result.stdout) == (["fed\n"], "fed\n")
     assert fake_e2b.requests[before:].count(START) > 1
+
+
+@pytest.mark.asyncio
+async def test_a_missing_cwd_is_file_not_found(e2b_sandbox: E2BSandbox) -> None:
+    """envd refuses it at the start, as an invalid argument; ``run`` says what it is."""
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        e2b_sandbox.run("true", cwd="missing", on_stdout=print)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        await e2b_sandbox.arun("true", cwd="missing", on_stdout=print)
+
+
+def test_cwd_and_env_reach_the_command(fake_e2b: FakeE2BServer, e2b_sandbox: E2BSandbox) -> None:
+    (home_of(fake_e2b, e2b_sandbox) / "sub").mkdir()
+    before = len(fake_e2b.requests)
+    result = e2b_sandbox.run('printf "%s|%s" "${PWD##*/}" "$X"', cwd="sub", env={"X": "a b"}, on_stdout=print)
+    assert fake_e2b.requests[before:] == [START]
+    assert result.stdout == "sub|a b"

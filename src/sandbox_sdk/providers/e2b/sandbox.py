@@ -467,6 +467,25 @@ class StartStream(SdkCall):
     def call(self, sdk: Sandbox | AsyncSandbox) -> Any:
         return self.feed.start(sdk) if isinstance(sdk, Sandbox) else self.feed.astart(sdk)
 
+    def errors(self) -> AbstractContextManager[None]:
+        return _start_errors(self.feed.options.get("cwd"))
+
+
+@contextlib.contextmanager
+def _start_errors(cwd: str | None) -> Iterator[None]:
+    """The SDK's errors typed; envd refuses a missing ``cwd`` as an invalid
+    argument ("cwd '...' does not exist": e2b-dev/infra
+    packages/envd/internal/services/process/handler/handler.go, ``New``),
+    which ``run`` reports as ``FileNotFoundError`` on every provider."""
+    try:
+        yield
+    except errors.SandboxError:
+        raise
+    except Exception as exc:
+        if isinstance(exc, e2b_errors.InvalidArgumentException) and "does not exist" in str(exc):
+            raise errors.SandboxFileNotFoundError(f"run: {exc}", path=cwd) from exc
+        raise typed_error(exc, "run", path=cwd) from exc
+
 
 @dataclass(frozen=True)
 class NextPiece(SdkCall):
