@@ -506,6 +506,9 @@ class CloseStream(SdkCall):
     def call(self, sdk: Sandbox | AsyncSandbox) -> Any:
         return self.feed.close() if isinstance(sdk, Sandbox) else self.feed.aclose()
 
+    def errors(self) -> AbstractContextManager[None]:
+        return translate_errors("stop reading an interrupted command's output")
+
 
 def _follow(feed: _Feed, collected: Collected, sink: OutputSink) -> Generator[SdkCall, Any, RunResult]:
     """Hand each piece of a started command's output to ``sink`` and keep it
@@ -774,6 +777,7 @@ class E2BSandbox(BaseSandbox):
             if can_clean_up(exc):
                 with contextlib.suppress(errors.SandboxError):
                     yield KillGroup(pid)
+                with contextlib.suppress(errors.SandboxError):
                     yield CloseStream(feed)
             raise
         if result.timed_out:
