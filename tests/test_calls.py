@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sandbox_sdk import _calls, _kernel, errors, protocol
-from sandbox_sdk._calls import LS, READ_CHUNK, RUN, Call, Script, ShellCall
+from sandbox_sdk._calls import LS, READ_CHUNK, RUN, Call, Script
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.remote import _runtime
 
@@ -85,7 +85,6 @@ def test_a_script_call_decodes_errors_into_typed_exceptions() -> None:
 
 
 def test_user_commands_keep_their_own_timeout_and_script_calls_get_the_operation_timeout() -> None:
-    assert ShellCall("true").timeout_or(120.0) is None
     assert RUN.command({}, what="run", timeout=None).timeout_or(120.0) is None
     assert RUN.command({}, what="run", timeout=5).timeout_or(120.0) == 5
     assert LS({}, what="ls").timeout_or(120.0) == 120.0
@@ -97,13 +96,6 @@ def test_a_command_call_cut_by_the_provider_timeout_is_none() -> None:
     report; ``run`` turns the ``None`` into a timed-out result."""
     response = ExecuteResponse(output="partial", exit_code=124, timed_out=True)
     assert RUN.command({}, what="run", timeout=1).decode(response, "n") is None
-
-
-def test_a_shell_call_is_the_command_itself_and_its_reply_the_response() -> None:
-    call = ShellCall("echo hi")
-    response = ExecuteResponse(output="hi\n", exit_code=0)
-    assert call.command(1) == ("echo hi", "")
-    assert call.decode(response, "") is response
 
 
 def test_an_oversized_script_command_is_refused_before_it_is_sent() -> None:

@@ -9,19 +9,36 @@ import os
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import pytest
 
 from sandbox_sdk import _core
-from sandbox_sdk._calls import ShellCall
+from sandbox_sdk._calls import Call
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import InjectedFault, LimitedSandbox
 from tests.transfer.transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES, leftovers
 
 DATA = os.urandom(200_000)  # about 12 chunks each way behind the small limits
+
+
+@dataclass(frozen=True)
+class Raw(Call[ExecuteResponse]):
+    """A command sent as it is, its response the reply: what the pipeline
+    drives needs only to be a call."""
+
+    text: str
+    timeout: float | None = None
+    what: str = "raw"
+
+    def command(self, max_bytes: int) -> tuple[str, str]:
+        return self.text, ""
+
+    def decode(self, response: ExecuteResponse, nonce: str) -> ExecuteResponse:
+        return response
 
 
 class TimedSandbox(LimitedSandbox):
@@ -158,7 +175,7 @@ def test_replies_are_consumed_in_call_order_whatever_order_they_finish_in() -> N
             return ExecuteResponse(output=command, exit_code=0)
 
     seen: list[str] = []
-    calls = (ShellCall(str(n)) for n in range(10))
+    calls = (Raw(str(n)) for n in range(10))
 
     def operation() -> _core.Operation[None]:
         yield _core.Pipeline(calls, lambda reply: seen.append(reply.output), window=4)
@@ -166,7 +183,7 @@ def test_replies_are_consumed_in_call_order_whatever_order_they_finish_in() -> N
     Echo()._drive(operation())
     assert seen == [str(n) for n in range(10)]
     seen.clear()
-    calls = (ShellCall(str(n)) for n in range(10))
+    calls = (Raw(str(n)) for n in range(10))
     anyio.run(Echo()._adrive, operation())
     assert seen == [str(n) for n in range(10)]
 

@@ -7,7 +7,6 @@ decoding the reply.
 - :class:`CommandCall` runs the user's command in a script (``run``): it
   gets the provider's default timeout, as ``execute`` does, and a response
   the provider cut at its timeout is its reply (``None``), not an error.
-- :class:`ShellCall` is a user's command run as given.
 
 A call is typed by its reply: ``reply = yield from call`` inside an operation
 yields the call to the driver and gives back the reply as the call's type
@@ -99,24 +98,6 @@ class Call(ABC, Generic[R]):
         """``reply = yield from call``: the driver performs the call, and the
         reply comes back typed."""
         return cast(R, (yield self))
-
-
-@dataclass(frozen=True)
-class ShellCall(Call[ExecuteResponse]):
-    """A user's command, run as given; without a timeout it gets the provider's default."""
-
-    text: str
-    timeout: float | None = None
-    what: str = "operation"
-
-    def command(self, max_bytes: int) -> tuple[str, str]:
-        return self.text, ""
-
-    def decode(self, response: ExecuteResponse, nonce: str) -> ExecuteResponse:
-        return response
-
-    def timeout_or(self, default: float) -> float | None:
-        return self.timeout
 
 
 #: Block size of a chunk appended by the shell: offsets are multiples of it.
