@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,7 +73,7 @@ async def test_async_operations_use_native_aexecute(tmp_path: Path, no_threads: 
 async def test_async_chunked_transfer_runs_chunks_concurrently(tmp_path: Path, no_threads: None) -> None:
     sandbox = AsyncOnlySandbox(tmp_path)
     sandbox.max_output_bytes = 64 * 1024
-    data = bytes(range(256)) * 4096  # 1 MiB: many chunks each way
+    data = os.urandom(1024 * 1024)  # 1 MiB that does not compress: many chunks each way
     await sandbox.awrite("big.bin", data)
     assert sandbox.max_in_flight > 1
     sandbox.max_in_flight = 0
