@@ -13,7 +13,9 @@ and :class:`~sandbox_sdk.SandboxProvider`; the shipped providers use the same.
   ``BaseSandbox._stream_command``, which gets a :class:`Command` and an
   :data:`OutputSink` (see docs/processes.md); :class:`Collected` keeps the
   result's output up to its cap, :func:`can_clean_up` says whether an
-  interrupted operation may still kill what it started.
+  interrupted operation may still kill what it started;
+  :data:`OWN_GROUP_PREFIX` makes a ``bash -c`` command a process group of its
+  own whose id is the shell's pid, to kill whole.
 - Native operations: subclass :class:`NativeRequest` for your platform's
   calls, override an ``_op_*`` operation to yield them and ``_perform`` /
   ``_aperform`` to carry them out (the sync and async APIs then share one body);
@@ -34,6 +36,7 @@ from sandbox_sdk._core import NativeRequest, Operation, Pipeline, Request, check
 from sandbox_sdk._kernel import can_clean_up
 from sandbox_sdk._process import Collected, Command, OutputSink
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE
+from sandbox_sdk.provider_kit.groups import OWN_GROUP_PREFIX
 from sandbox_sdk.provider_kit.host_process import (
     ARGV_COMMAND_BYTES,
     LARGE_COMMAND_BYTES,
@@ -59,6 +62,7 @@ __all__ = [
     "ARGV_COMMAND_BYTES",
     "DEFAULT_IDLE_TIMEOUT",
     "LARGE_COMMAND_BYTES",
+    "OWN_GROUP_PREFIX",
     "TIMEOUT_EXIT_CODE",
     "TRANSFER_ERROR_CODES",
     "WORKSPACE_DIR",

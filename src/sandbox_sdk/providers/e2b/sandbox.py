@@ -46,6 +46,7 @@ from sandbox_sdk.models import (
     StreamName,
 )
 from sandbox_sdk.provider_kit import (
+    OWN_GROUP_PREFIX,
     TIMEOUT_EXIT_CODE,
     Collected,
     Command,
@@ -70,25 +71,13 @@ R = TypeVar("R")
 
 #: Command timeout when ``execute`` is given none: the SDK's own default.
 DEFAULT_TIMEOUT = 60.0
-#: Put in front of every command: the command becomes a process group of its
-#: own whose id is the shell's pid (the pid envd reports), so a timeout or an
-#: interruption can kill the group whole: envd's deadline and ``commands.kill``
-#: kill the shell alone and would leave what it started running. envd starts
-#: the shell in envd's own process group (no setsid, no setpgid: see the
-#: fake's docstring), so the shell re-executes its own ``-c`` string under
-#: ``setsid``, which then makes a session without forking and the pid stays.
-#: ``setsid`` forks when its caller already leads a group, and the group would
-#: get a pid we never learn: so the shell reads its group from /proc first,
-#: and a shell that leads its group already (an envd that did call setsid)
-#: runs as it is.
-OWN_GROUP_PREFIX = (
-    'if [ -z "${SBX_OWN_GROUP-}" ]; then read -r _ _ _ _ SBX_GROUP _ </proc/$$/stat 2>/dev/null;'
-    ' if [ "${SBX_GROUP-}" != "$$" ] && command -v setsid >/dev/null 2>&1; then'
-    ' SBX_OWN_GROUP=1 exec setsid bash -l -c "$BASH_EXECUTION_STRING"; fi; fi\n'
-    "unset SBX_OWN_GROUP SBX_GROUP\n"
-)
-#: ``execute``'s prefix: ``exec 2>&1`` first, as envd streams stdout and
-#: stderr separately and ``execute``'s contract is one merged stream in order.
+#: ``execute``'s prefix: ``exec 2>&1`` (envd streams stdout and stderr
+#: separately, ``execute``'s contract is one merged stream in order), then
+#: ``OWN_GROUP_PREFIX`` (provider_kit), which a streamed command starts with
+#: alone: envd starts a command's shell in envd's own process group (no
+#: setsid, no setpgid: see the fake's docstring) and its deadline and
+#: ``commands.kill`` kill the shell alone, so the command makes itself a group
+#: whose id is the pid envd reports, for a kill of the whole group.
 COMMAND_PREFIX = "exec 2>&1\n" + OWN_GROUP_PREFIX
 #: Timeout of the command that kills a timed-out command's process group.
 GROUP_KILL_TIMEOUT = 30.0
