@@ -23,8 +23,22 @@ from sandbox_sdk.testing import SandboxConformanceTests, provided_sandbox
 from sandbox_sdk.transfer import TransferResults
 from tests.providers.modal.fake_server import FakeModalServer
 
+#: ``stream`` reads an exec's output natively, and Modal keeps what the client
+#: has not read yet ("By default, all streams are buffered in memory, waiting
+#: to be consumed by the client": https://modal.com/docs/guide/sandbox-spawn,
+#: Stream types); so does the fake, in this process, where the traced peak
+#: counts it. The client holds ``STREAM_AHEAD`` pieces at most.
+FAKE_BUFFERS_UNREAD_OUTPUT = {
+    "test_stream_of_100_mib_keeps_client_memory_bounded": (
+        "the fake backend runs in this process and keeps an exec's unread output, as Modal does, "
+        "so the traced peak grows with a stream the client reads slower than it is written"
+    )
+}
+
 
 class TestModalSandbox(SandboxConformanceTests):
+    known_gaps = FAKE_BUFFERS_UNREAD_OUTPUT
+
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, modal_provider: ModalProvider) -> Iterator[BaseSandbox]:
@@ -50,6 +64,8 @@ class _AsyncDrivenSandbox(ModalSandbox):
 
 @pytest.mark.slow
 class TestModalSandboxAsyncApi(SandboxConformanceTests):
+    known_gaps = FAKE_BUFFERS_UNREAD_OUTPUT
+
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, modal_provider: ModalProvider) -> Iterator[ModalSandbox]:

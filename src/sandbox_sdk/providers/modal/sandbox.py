@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import os
 import posixpath
 import shlex
 import time
-from collections.abc import AsyncIterable, Callable, Generator, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -19,14 +21,25 @@ import modal
 
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
-from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
+from sandbox_sdk.models import (
+    ExecuteResponse,
+    FileDownloadResponse,
+    FileUploadResponse,
+    RunResult,
+    StreamName,
+)
 from sandbox_sdk.provider_kit import (
+    OWN_GROUP_PREFIX,
     TIMEOUT_EXIT_CODE,
+    Collected,
+    Command,
     NativeRequest,
     Operation,
+    OutputSink,
     Pipeline,
     Progress,
     UploadSource,
+    can_clean_up,
     check_path,
     new_token,
     open_upload_source,
@@ -133,6 +146,131 @@ class ShellCommand(NativeRequest):
     timeout: float
 
 
+#: Put before a streamed command: it becomes a process group of its own and
+#: writes its shell's pid (the group's id) as the first line of stderr, which
+#: the client takes off: Modal has no call that kills an exec (its
+#: ``ContainerProcess`` has ``poll``, ``wait`` and the streams only,
+#: modal/container_process.py; the task command router no exec signal RPC,
+#: modal_proto/task_command_router_grpc.py), so an interrupted command's group
+#: is killed by one more exec. Its stdin is empty, as :data:`PRELUDE` says why.
+STREAM_PRELUDE = "exec </dev/null\n" + OWN_GROUP_PREFIX + 'echo "$$" >&2\n'
+#: Pieces of a streamed exec's output read ahead of the operation at most.
+STREAM_AHEAD = 16
+
+
+class _ExecFeed:
+    """A streamed exec read piece by piece with the SDK's ``.aio`` API, in the
+    loop of the caller (``arun``) or of a portal thread of its own (``run``):
+    its stdout and stderr are read into a bounded queue that ``None`` ends
+    once the exec has exited and its streams closed (or stayed idle for
+    :data:`DRAIN_SECONDS` after the exit: a background child may hold them)."""
+
+    def __init__(self, sandbox: modal.Sandbox, script: str, seconds: int, command: Command) -> None:
+        self.sandbox = sandbox
+        self.script = script
+        self.seconds = seconds
+        self.options: dict[str, Any] = {"timeout": seconds, "text": False}
+        if command.cwd is not None:
+            self.options["workdir"] = os.fsdecode(command.cwd)
+        if command.env:
+            self.options["env"] = dict(command.env)
+        self.opened: AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
+        self.portal: anyio.from_thread.BlockingPortal | None = None
+        self.pid: int | None = None
+        self.queue: asyncio.Queue[tuple[StreamName, bytes] | None] = asyncio.Queue(STREAM_AHEAD)
+        self.tasks: list[asyncio.Task[None]] = []
+        self.returncode = -1
+        self.failure: BaseException | None = None
+        self.started = 0.0
+        #: When a reader last handed a piece on, and how many are handing one on now.
+        self.active = 0.0
+        self.handing = 0
+
+    async def start(self) -> int:
+        """Start the exec; the pid of its group, read from stderr's first line."""
+        self.started = time.monotonic()
+        process = await self.sandbox.exec.aio("bash", "-c", self.script, **self.options)
+        stderr = aiter(process.stderr)
+        head = b""
+        while b"\n" not in head:
+            head += await anext(stderr, b"\n")
+        line, rest = head.split(b"\n", 1)
+        if not line.isdigit():
+            raise errors.SandboxRuntimeError(f"the command's shell did not report its pid: {line!r}")
+        if rest:
+            await self.queue.put(("stderr", rest))
+        readers = [self._read("stdout", aiter(process.stdout)), self._read("stderr", stderr)]
+        self.tasks = [asyncio.ensure_future(reader) for reader in readers]
+        self.tasks.append(asyncio.ensure_future(self._end(process, list(self.tasks))))
+        return int(line)
+
+    async def _read(self, name: StreamName, stream: AsyncIterator[bytes]) -> None:
+        async for data in stream:
+            self.handing += 1
+            try:
+                await self.queue.put((name, data))
+            finally:
+                self.handing -= 1
+                self.active = time.monotonic()
+
+    async def _drained(self, readers: list[asyncio.Task[None]]) -> None:
+        """Wait until the streams close, or for :data:`DRAIN_SECONDS` with no
+        output (a reader waiting for the operation to take a piece is not idle)."""
+        while not all(reader.done() for reader in readers):
+            idle_left = self.active + DRAIN_SECONDS - time.monotonic()
+            if self.handing == 0 and idle_left <= 0:
+                return
+            await asyncio.wait(readers, timeout=max(idle_left, 0.05) if self.handing == 0 else DRAIN_SECONDS)
+
+    async def _end(self, process: Any, readers: list[asyncio.Task[None]]) -> None:
+        try:
+            self.returncode = await process.wait.aio()
+            self.active = time.monotonic()
+            await self._drained(readers)
+            failed = [r.exception() for r in readers if r.done() and not r.cancelled() and r.exception()]
+            self.failure = failed[0] if failed else None
+        except Exception as exc:  # noqa: BLE001 - raised by next, in the operation's own call
+            self.failure = exc
+        finally:
+            for reader in readers:
+                reader.cancel()
+            await self.queue.put(None)
+
+    async def next(self) -> tuple[StreamName, bytes] | None:
+        """The next piece, or ``None`` once the exec has ended (``returncode`` then set)."""
+        piece = await self.queue.get()
+        if piece is None and self.failure is not None:
+            raise self.failure
+        return piece
+
+    def timed_out(self) -> bool:
+        return killed_at_timeout(self.returncode, time.monotonic() - self.started, self.seconds)
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+
+
+@dataclass(frozen=True)
+class ExecStreamCall(NativeRequest):
+    """``feed.<method>()``: awaited by ``aexecute``'s side, or on the feed's own
+    portal thread by the blocking side (opened by the start, closed at the end)."""
+
+    feed: _ExecFeed
+    method: str
+
+
+def _follow_exec(feed: _ExecFeed, collected: Collected, sink: OutputSink) -> Generator[Any, Any, RunResult]:
+    """Hand each piece of a started exec's output to ``sink`` and keep it in
+    ``collected``, up to the exec's end."""
+    while (piece := (yield ExecStreamCall(feed, "next"))) is not None:
+        stream, data = piece
+        collected.add(stream, data)
+        sink(stream, data)
+    timed_out = feed.timed_out()
+    return collected.result(None if timed_out else feed.returncode, timed_out)
+
+
 class ModalSandbox(BaseSandbox):
     """Runs each command as ``bash -c`` through ``modal.Sandbox.exec``.
 
@@ -146,7 +284,7 @@ class ModalSandbox(BaseSandbox):
     :meth:`working_directory`.
     """
 
-    max_command_bytes = MODAL_ARG_MAX - len("bash") - len("-c") - len(PRELUDE) - 512
+    max_command_bytes = MODAL_ARG_MAX - len("bash") - len("-c") - len(STREAM_PRELUDE) - 512
 
     def __init__(
         self,
@@ -180,7 +318,7 @@ class ModalSandbox(BaseSandbox):
             raise errors.InvalidArgumentError(f"timeout must be positive, not {seconds!r}")
         return max(1, math.ceil(seconds))
 
-    def _check_command(self, command: str) -> str:
+    def _check_command(self, command: str, prelude: str = PRELUDE) -> str:
         if not isinstance(command, str):
             raise errors.InvalidArgumentError("command must be a str")
         if len(command.encode("utf-8")) > self.max_command_bytes:
@@ -188,7 +326,7 @@ class ModalSandbox(BaseSandbox):
                 f"command of {len(command.encode('utf-8'))} bytes exceeds max_command_bytes="
                 f"{self.max_command_bytes} (Modal caps exec arguments at 64 KiB)"
             )
-        return PRELUDE + command
+        return prelude + command
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
         """:meth:`aexecute` on a private event loop thread: reading output while waiting
@@ -246,7 +384,57 @@ class ModalSandbox(BaseSandbox):
         check_path(path)
         return posixpath.normpath(posixpath.join(workdir, path))
 
+    # -- native streaming -----------------------------------------------------------------
+
+    def _stream_command(
+        self, command: Command, sink: OutputSink, *, keep_output: bool = True
+    ) -> Operation[RunResult]:
+        """Natively: one exec whose stdout and stderr the SDK streams, each
+        piece handed to ``sink`` as it comes: no polling. Past the timeout
+        Modal kills it (``exec(timeout=)``); interrupted, its process group is
+        killed by one more exec (see :data:`STREAM_PRELUDE`). A command with
+        ``stdin`` takes the derived path."""
+        if command.stdin is not None:
+            return (yield from super()._stream_command(command, sink, keep_output=keep_output))
+        seconds = self._exec_timeout(command.timeout)
+        script = self._check_command(command.command, STREAM_PRELUDE)
+        feed = _ExecFeed(self.sandbox, script, seconds, command)
+        try:
+            feed.pid = yield ExecStreamCall(feed, "start")
+            result = yield from _follow_exec(
+                feed, Collected(self.max_output_bytes if keep_output else 0), sink
+            )
+        except BaseException as exc:
+            if can_clean_up(exc):
+                if feed.pid is not None:
+                    with contextlib.suppress(errors.SandboxError):
+                        kill = f"kill -KILL -- -{feed.pid} 2>/dev/null; exit 0"
+                        yield ShellCommand(kill, self.operation_timeout)
+                yield ExecStreamCall(feed, "close")
+            raise
+        yield ExecStreamCall(feed, "close")
+        return result
+
+    def _stream_call(self, request: ExecStreamCall) -> Any:
+        """``request`` on its feed's portal thread, opened by the start and
+        closed by the close (the exec's readers live in that thread's loop)."""
+        feed = request.feed
+        if feed.portal is None:
+            if request.method == "close":
+                return None
+            feed.opened = anyio.from_thread.start_blocking_portal()
+            feed.portal = feed.opened.__enter__()
+        try:
+            with translate_errors(f"run in {self.id}"):
+                return feed.portal.call(getattr(feed, request.method))
+        finally:
+            if request.method == "close" and feed.opened is not None:
+                feed.opened.__exit__(None, None, None)
+                feed.portal = feed.opened = None
+
     def _perform(self, request: Any) -> Any:
+        if isinstance(request, ExecStreamCall):
+            return self._stream_call(request)
         if isinstance(request, FilesystemCall):
             with translate_errors(request.what, path=request.path):
                 return getattr(self.sandbox.filesystem, request.method)(*request.args)
@@ -255,6 +443,9 @@ class ModalSandbox(BaseSandbox):
         return super()._perform(request)
 
     async def _aperform(self, request: Any) -> Any:
+        if isinstance(request, ExecStreamCall):
+            with translate_errors(f"run in {self.id}"):
+                return await getattr(request.feed, request.method)()
         if isinstance(request, FilesystemCall):
             with translate_errors(request.what, path=request.path):
                 return await getattr(self.sandbox.filesystem, request.method).aio(*request.args)
