@@ -182,6 +182,7 @@ class _ExecFeed:
         self.returncode = -1
         self.failure: BaseException | None = None
         self.started = 0.0
+        self.elapsed = 0.0
         #: When a reader last handed a piece on, and how many are handing one on now.
         self.active = 0.0
         self.handing = 0
@@ -223,9 +224,11 @@ class _ExecFeed:
             await asyncio.wait(readers, timeout=max(idle_left, 0.05) if self.handing == 0 else DRAIN_SECONDS)
 
     async def _end(self, process: Any, readers: list[asyncio.Task[None]]) -> None:
+        """Wait for the exit and the output after it; then ``None`` (unless cancelled)."""
         try:
             self.returncode = await process.wait.aio()
             self.active = time.monotonic()
+            self.elapsed = self.active - self.started
             await self._drained(readers)
             failed = [r.exception() for r in readers if r.done() and not r.cancelled() and r.exception()]
             self.failure = failed[0] if failed else None
@@ -234,7 +237,7 @@ class _ExecFeed:
         finally:
             for reader in readers:
                 reader.cancel()
-            await self.queue.put(None)
+        await self.queue.put(None)
 
     async def next(self) -> tuple[StreamName, bytes] | None:
         """The next piece, or ``None`` once the exec has ended (``returncode`` then set)."""
@@ -244,11 +247,13 @@ class _ExecFeed:
         return piece
 
     def timed_out(self) -> bool:
-        return killed_at_timeout(self.returncode, time.monotonic() - self.started, self.seconds)
+        """Whether Modal stopped the exec at its timeout (timed to its exit, not to its output's end)."""
+        return killed_at_timeout(self.returncode, self.elapsed, self.seconds)
 
     async def close(self) -> None:
         for task in self.tasks:
             task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
 @dataclass(frozen=True)
