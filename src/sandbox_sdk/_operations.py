@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shlex
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any, BinaryIO, TypeVar
@@ -114,7 +115,7 @@ class SandboxOperations(SandboxCore):
 
     def _op_run(
         self,
-        command: str,
+        command: str | Sequence[str],
         *,
         cwd: PathArg | None = None,
         env: Mapping[str, str] | None = None,
@@ -125,7 +126,10 @@ class SandboxOperations(SandboxCore):
     ) -> Operation[RunResult]:
         """Run a command to its end, with its stdout and stderr kept apart
         (``output`` has both, in arrival order), in ``cwd``, with ``env``
-        added and ``stdin`` (any size, binary-safe). Exit status: the
+        added and ``stdin`` (any size, binary-safe). ``command`` is a shell
+        command, or an argument vector run without a shell (a program that
+        cannot be executed raises ``SandboxPermissionError`` or
+        ``SandboxFileNotFoundError``, as ``subprocess`` would). Exit status: the
         command's, 128+N if signal N killed it, 124 with ``timed_out`` at
         ``timeout`` (seconds; ``None`` or ``0``: the sandbox's default). One
         round trip; with ``on_stdout`` / ``on_stderr``, which are called with
@@ -134,11 +138,11 @@ class SandboxOperations(SandboxCore):
         spec = command_of(command, cwd, env, stdin, timeout)
         if on_stdout is None and on_stderr is None:
             return (yield from _run_foreground(self, spec))
-        return (yield from self._stream_command(spec, _text_sink(on_stdout, on_stderr)))
+        return (yield from _streamed(self, spec, _text_sink(on_stdout, on_stderr)))
 
     def _op_start(
         self,
-        command: str,
+        command: str | Sequence[str],
         *,
         cwd: PathArg | None = None,
         env: Mapping[str, str] | None = None,
@@ -150,7 +154,7 @@ class SandboxOperations(SandboxCore):
         (from any client: see :meth:`process`)."""
         spec = command_of(command, cwd, env, stdin, None)
         pid = yield from spawn(self, spec)
-        return Process(self, pid, command)
+        return Process(self, pid, spec.command)
 
     def _op_processes(self) -> Operation[list[ProcessInfo]]:
         """The background processes this sandbox knows, running or ended
@@ -165,7 +169,7 @@ class SandboxOperations(SandboxCore):
 
     def stream(
         self,
-        command: str,
+        command: str | Sequence[str],
         *,
         cwd: PathArg | None = None,
         env: Mapping[str, str] | None = None,
@@ -181,7 +185,7 @@ class SandboxOperations(SandboxCore):
 
     async def astream(
         self,
-        command: str,
+        command: str | Sequence[str],
         *,
         cwd: PathArg | None = None,
         env: Mapping[str, str] | None = None,
@@ -461,14 +465,26 @@ class SandboxOperations(SandboxCore):
 
 
 def command_of(
-    command: str,
+    command: str | Sequence[str],
     cwd: PathArg | None,
     env: Mapping[str, str] | None,
     stdin: str | bytes | None,
     timeout: object,
 ) -> Command:
-    """A user's command checked whole before any round trip."""
-    check_command(command)
+    """A user's command (a shell command, or an argument vector run without a
+    shell) checked whole before any round trip."""
+    argv = None
+    if isinstance(command, str):
+        check_command(command)
+    elif isinstance(command, Sequence) and command:
+        argv = tuple(command)
+        for arg in argv:
+            check_command(arg)
+        command = shlex.join(argv)
+    else:
+        raise errors.InvalidArgumentError(
+            f"command must be a str or a non-empty sequence of str (an argument vector), not {command!r}"
+        )
     if cwd is not None:
         check_path(cwd, "cwd")
     if env is not None:
@@ -476,11 +492,15 @@ def command_of(
             _env_key(key)
             _env_value(key, value)
     data = None if stdin is None else to_bytes("stdin", stdin)
-    return Command(command, cwd, env, data, check_timeout(timeout))
+    return Command(command, cwd, env, data, check_timeout(timeout), argv)
 
 
 def _run_args(command: Command) -> dict[str, Any]:
-    args: dict[str, Any] = {"command": protocol.encode_path(command.command.encode("utf-8"))}
+    args: dict[str, Any] = (
+        {"command": protocol.encode_path(command.command.encode("utf-8"))}
+        if command.argv is None
+        else {"argv": [protocol.encode_path(arg.encode("utf-8")) for arg in command.argv]}
+    )
     if command.cwd is not None:
         args["cwd"] = check_path(command.cwd, "cwd")
     if command.env:
@@ -552,6 +572,17 @@ def _text_sink(
     return sink
 
 
+def _streamed(
+    sandbox: SandboxOperations, command: Command, sink: OutputSink, *, keep_output: bool = True
+) -> Operation[RunResult]:
+    """``_stream_command``, except that an argument vector always takes the
+    derived path: the scripts run it without a shell, so a program that
+    cannot be executed is a typed error on every provider."""
+    if command.argv is None:
+        return (yield from sandbox._stream_command(command, sink, keep_output=keep_output))
+    return (yield from SandboxOperations._stream_command(sandbox, command, sink, keep_output=keep_output))
+
+
 def _stream(sandbox: SandboxOperations, command: Command, events: deque[StreamEvent]) -> Operation[None]:
     """``stream``'s operation: the events go to ``events`` as they come."""
     decoders = Decoders()
@@ -561,7 +592,7 @@ def _stream(sandbox: SandboxOperations, command: Command, events: deque[StreamEv
         if text:
             events.append(StreamEvent(kind=stream, text=text))
 
-    result = yield from sandbox._stream_command(command, sink, keep_output=False)
+    result = yield from _streamed(sandbox, command, sink, keep_output=False)
     events.append(StreamEvent(kind="exit", exit_code=result.exit_code, timed_out=result.timed_out))
 
 

@@ -55,6 +55,9 @@ class Command:
     env: Mapping[str, str] | None = None
     stdin: bytes | None = None
     timeout: float | None = None
+    #: Set when the command was given as an argument vector, run without a
+    #: shell; ``command`` is then its shell-quoted form, for display.
+    argv: tuple[str, ...] | None = None
 
 
 class Decoders:

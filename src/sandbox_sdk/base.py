@@ -44,7 +44,7 @@ class BaseSandbox(SandboxOperations):
 
     def run(
         self,
-        command: str,
+        command: str | Sequence[str],
         *,
         cwd: PathArg | None = None,
         env: Mapping[str, str] | None = None,
@@ -55,7 +55,10 @@ class BaseSandbox(SandboxOperations):
     ) -> RunResult:
         """Run a command to its end, with its stdout and stderr kept apart
         (``output`` has both, in arrival order), in ``cwd``, with ``env``
-        added and ``stdin`` (any size, binary-safe). Exit status: the
+        added and ``stdin`` (any size, binary-safe). ``command`` is a shell
+        command, or an argument vector run without a shell (a program that
+        cannot be executed raises ``SandboxPermissionError`` or
+        ``SandboxFileNotFoundError``, as ``subprocess`` would). Exit status: the
         command's, 128+N if signal N killed it, 124 with ``timed_out`` at
         ``timeout`` (seconds; ``None`` or ``0``: the sandbox's default). One
         round trip; with ``on_stdout`` / ``on_stderr``, which are called with
@@ -75,7 +78,7 @@ class BaseSandbox(SandboxOperations):
 
     async def arun(
         self,
-        command: str,
+        command: str | Sequence[str],
         *,
         cwd: PathArg | None = None,
         env: Mapping[str, str] | None = None,
@@ -86,8 +89,11 @@ class BaseSandbox(SandboxOperations):
     ) -> RunResult:
         """Async twin of :meth:`run`: run a command to its end, with its stdout and
         stderr kept apart (``output`` has both, in arrival order), in ``cwd``,
-        with ``env`` added and ``stdin`` (any size, binary-safe). Exit status:
-        the command's, 128+N if signal N killed it, 124 with ``timed_out`` at
+        with ``env`` added and ``stdin`` (any size, binary-safe). ``command`` is
+        a shell command, or an argument vector run without a shell (a program
+        that cannot be executed raises ``SandboxPermissionError`` or
+        ``SandboxFileNotFoundError``, as ``subprocess`` would). Exit status: the
+        command's, 128+N if signal N killed it, 124 with ``timed_out`` at
         ``timeout`` (seconds; ``None`` or ``0``: the sandbox's default). One
         round trip; with ``on_stdout`` / ``on_stderr``, which are called with
         text as it arrives, the command runs detached and is followed by long
@@ -106,7 +112,7 @@ class BaseSandbox(SandboxOperations):
 
     def start(
         self,
-        command: str,
+        command: str | Sequence[str],
         *,
         cwd: PathArg | None = None,
         env: Mapping[str, str] | None = None,
@@ -120,7 +126,7 @@ class BaseSandbox(SandboxOperations):
 
     async def astart(
         self,
-        command: str,
+        command: str | Sequence[str],
         *,
         cwd: PathArg | None = None,
         env: Mapping[str, str] | None = None,

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shlex
 import threading
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -195,12 +194,13 @@ class SandboxSDKEnvironment(SandboxEnvironment):
         timeout_retry: bool = True,
         concurrency: bool = True,
     ) -> ExecResult[str]:
-        """``cmd`` through the sandbox's ``run``. ``timeout=None`` is the
+        """``cmd`` (an argument vector, run without a shell) through the sandbox's
+        ``run``. ``timeout=None`` is the
         sandbox's default timeout; ``timeout_retry`` is ignored, because a
         command that timed out was killed and may not be safe to run twice."""
         if user is not None:
             await self._check_user(user)
-        response = await self.sandbox.arun(shlex.join(cmd), cwd=cwd, env=env, stdin=input, timeout=timeout)
+        response = await self.sandbox.arun(cmd, cwd=cwd, env=env, stdin=input, timeout=timeout)
         return exec_result(response, self.sandbox, timeout)
 
     async def write_file(self, file: str, contents: str | bytes) -> None:

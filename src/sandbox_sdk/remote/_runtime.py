@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
     Args = Dict[str, Any]
     Blobs = List[bytes]
+    #: What a user's command runs: a shell command, or an argument vector.
+    Program = Union[bytes, List[bytes]]
     Result = Tuple[Any, Blobs]
     Handler = Callable[[Args, Blobs], Result]
 
@@ -573,8 +575,9 @@ def exit_status(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-def prepare(args: Args, blobs: Blobs) -> Tuple[bytes, Dict[bytes, bytes], int]:
-    """The command, its environment and its stdin; enters ``cwd``."""
+def prepare(args: Args, blobs: Blobs) -> Tuple[Program, Dict[bytes, bytes], int]:
+    """The program (a shell command, or an argument vector run without a
+    shell), its environment and its stdin; enters ``cwd``."""
     if args.get("cwd") is not None:
         cwd = unb64(args["cwd"])
         check_path(cwd)
@@ -593,7 +596,22 @@ def prepare(args: Args, blobs: Blobs) -> Tuple[bytes, Dict[bytes, bytes], int]:
         os.unlink(path)
     else:
         fd = os.open(os.devnull, os.O_RDONLY)
-    return unb64(args["command"]), env, fd
+    program = [unb64(arg) for arg in args["argv"]] if "argv" in args else unb64(args["command"])
+    return program, env, fd
+
+
+#: Bytes an argument may hold and still be shown without quotes (as shlex.quote leaves them).
+SHELL_SAFE = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_"
+
+
+def shown(program: Program) -> bytes:
+    """A program as a shell command, for records and messages."""
+    if isinstance(program, bytes):
+        return program
+    return b" ".join(
+        arg if arg and not arg.strip(SHELL_SAFE) else b"'" + arg.replace(b"'", b"'\"'\"'") + b"'"
+        for arg in program
+    )
 
 
 def memory_file(name: str) -> int:
@@ -615,11 +633,15 @@ def anonymous_file() -> int:
     return fd
 
 
-def launch(command: bytes, env: Dict[bytes, bytes], fds: List[int], group: int) -> int:
-    """Start ``bash -c command`` with ``fds`` as its 0, 1 and 2, in process
-    group ``group`` (0: a group of its own); a failed exec is a ``Fail``."""
+def launch(program: Program, env: Dict[bytes, bytes], fds: List[int], group: int) -> int:
+    """Start ``program`` (``bash -c`` a command, or an argument vector as it
+    is) with ``fds`` as its 0, 1 and 2, in process group ``group`` (0: a
+    group of its own); a failed exec is a ``Fail``: for an argument vector,
+    ``PERMISSION_DENIED`` or ``NOT_FOUND`` as its errno says."""
+    import errno
     import signal
 
+    command = program if isinstance(program, bytes) else b""
     script = command
     if len(command) > ARGV_COMMAND_BYTES:  # too long for one argument: bash sources it from a file
         source = memory_file("command")
@@ -639,9 +661,13 @@ def launch(command: bytes, env: Dict[bytes, bytes], fds: List[int], group: int) 
                 os.set_inheritable(source, True)
             for number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):  # Python ignores the first two
                 signal.signal(number, signal.SIG_DFL)
+            if isinstance(program, list):
+                os.execvpe(program[0], program, env)
             os.execvpe(b"bash", [b"bash", b"-c", script], env)
         except BaseException as exc:  # noqa: BLE001 - reported to the parent, then this copy ends
-            os.write(report_w, str(exc).encode("utf-8", "replace"))
+            reason = getattr(exc, "errno", None) or 0
+            message = os.strerror(reason) if reason else str(exc)
+            os.write(report_w, b"%d %s" % (reason, message.encode("utf-8", "replace")))
         finally:
             os._exit(127)
     os.close(report_w)
@@ -652,7 +678,11 @@ def launch(command: bytes, env: Dict[bytes, bytes], fds: List[int], group: int) 
     os.close(report_r)
     if failure:
         os.waitpid(pid, 0)
-        raise Fail("NOT_FOUND", "cannot start bash: %s" % failure.decode("utf-8", "replace"))
+        reason, _, message = failure.decode("utf-8", "replace").partition(" ")
+        if isinstance(program, bytes):
+            raise Fail("NOT_FOUND", "cannot start bash: %s" % message)
+        code = "PERMISSION_DENIED" if int(reason) in (errno.EACCES, errno.EPERM) else "NOT_FOUND"
+        raise Fail(code, "cannot run %s: %s" % (os.fsdecode(program[0]), message), program[0])
     return pid
 
 

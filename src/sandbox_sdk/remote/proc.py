@@ -21,6 +21,7 @@ import os
 import time
 
 from sandbox_sdk.remote._runtime import (
+    EXIT,
     ORDER_ENTRY_BYTES,
     STALE_SECONDS,
     TYPE_CHECKING,
@@ -34,6 +35,7 @@ from sandbox_sdk.remote._runtime import (
     kill_group,
     launch,
     prepare,
+    shown,
     to_null,
     unb64,
     write_all,
@@ -42,7 +44,7 @@ from sandbox_sdk.remote._runtime import (
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple, TypedDict
 
-    from sandbox_sdk.remote._runtime import Args, Blobs, Empty
+    from sandbox_sdk.remote._runtime import Args, Blobs, Empty, Program
     from sandbox_sdk.remote.run import Order
 
     class SpawnReply(TypedDict):
@@ -140,7 +142,7 @@ def sweep(root: bytes) -> None:
 def spawn(args: Args, blobs: Blobs) -> Tuple[SpawnReply, Blobs]:
     root = records(args)
     sweep(root)
-    command, env, stdin = prepare(args, blobs)
+    program, env, stdin = prepare(args, blobs)
     ready_r, ready_w = os.pipe()
     supervisor = os.fork()
     if supervisor == 0:
@@ -148,7 +150,7 @@ def spawn(args: Args, blobs: Blobs) -> Tuple[SpawnReply, Blobs]:
             os.close(ready_r)
             os.setsid()
             to_null(0, 1, 2)
-            supervise(root, command, env, stdin, ready_w, args)
+            supervise(root, program, env, stdin, ready_w, args)
         finally:
             os._exit(0)
     os.close(ready_w)
@@ -160,30 +162,34 @@ def spawn(args: Args, blobs: Blobs) -> Tuple[SpawnReply, Blobs]:
             break
         answer += data
     if not answer.isdigit():
-        raise Fail("NOT_FOUND", answer.decode("utf-8", "replace") or "the supervisor did not start")
+        code, _, message = answer.decode("utf-8", "replace").partition(" ")
+        raise Fail(code, message) if code in EXIT else Fail("NOT_FOUND", "the supervisor did not start")
     return {"pid": int(answer)}, []
 
 
 def supervise(
-    root: bytes, command: bytes, env: Dict[bytes, bytes], stdin: int, ready: int, args: Args
+    root: bytes, program: Program, env: Dict[bytes, bytes], stdin: int, ready: int, args: Args
 ) -> None:
     """The supervisor of a detached command (see the module docstring)."""
     try:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         wake = child_wakeups()
-        pid = launch(command, env, [stdin, out_w, err_w], 0)
+        pid = launch(program, env, [stdin, out_w, err_w], 0)
         for fd in (stdin, out_w, err_w):
             os.close(fd)
         path = os.path.join(root, b"%d" % pid)
         remove_record(path)  # a record of an earlier process that had this pid
         os.mkdir(path, 0o700)
         hold_lock(path)
-        meta = {"command": b64(command), "started": time.time()}
+        meta = {"command": b64(shown(program)), "started": time.time()}
         write_atomically(os.path.join(path, b"meta"), json_dumps(meta).encode("ascii"))
         files = [os.open(os.path.join(path, name), os.O_WRONLY | os.O_CREAT, 0o600) for name in FILES]
+    except Fail as exc:  # told to the client as its code, which the client raises
+        os.write(ready, ("%s %s" % (exc.code, exc.message)).encode("utf-8", "replace"))
+        return
     except Exception as exc:  # noqa: BLE001 - told to the client, which raises it
-        os.write(ready, ("cannot start the process: %s" % exc).encode("utf-8", "replace"))
+        os.write(ready, ("NOT_FOUND cannot start the process: %s" % exc).encode("utf-8", "replace"))
         return
     os.write(ready, b"%d" % pid)
     os.close(ready)

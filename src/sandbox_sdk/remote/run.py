@@ -43,14 +43,14 @@ if TYPE_CHECKING:
 
 
 def run(args: Args, blobs: Blobs) -> Tuple[RunReply, Blobs]:
-    command, env, stdin = prepare(args, blobs)
+    program, env, stdin = prepare(args, blobs)
     room = int(args["budget"])
     keep_r, keep_w = os.pipe()
     group = guard(keep_r, keep_w)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     wake = child_wakeups()
-    pid = launch(command, env, [stdin, out_w, err_w], group)
+    pid = launch(program, env, [stdin, out_w, err_w], group)
     for fd in (stdin, out_w, err_w):
         os.close(fd)
     pumps = Pumps(pid, [out_r, err_r], wake, deadline_of(args))

@@ -188,6 +188,39 @@ class SandboxConformanceTests(SandboxSuite):
         with pytest.raises(FileNotFoundError):
             sandbox.run("true", cwd=self.p(workdir, "missing"))
 
+    @pytest.mark.parametrize("followed", [False, True], ids=["one-trip", "followed"])
+    def test_run_an_argument_vector_without_a_shell(self, sandbox: BaseSandbox, followed: bool) -> None:
+        """Each argument arrives as it is: nothing is expanded, split or quoted."""
+        argv = ["printf", "<%s>", "a b", "$(id)", "'q' \"d\"", "-n", "\n", "é", ";exit 3"]
+        result = sandbox.run(argv, on_stdout=(lambda text: None) if followed else None)
+        assert (result.exit_code, result.stdout) == (0, "<a b><$(id)><'q' \"d\"><-n><\n><é><;exit 3>")
+
+    def test_a_started_argument_vector_is_shown_shell_quoted(self, sandbox: BaseSandbox) -> None:
+        process = sandbox.start(["sh", "-c", "sleep 30", "it's"])
+        try:
+            assert process.command == "sh -c 'sleep 30' 'it'\"'\"'s'"
+            assert sandbox.process(process.pid).command == process.command
+        finally:
+            process.kill()
+
+    @pytest.mark.parametrize("how", ["run", "followed", "start"])
+    def test_an_argument_vector_that_cannot_run_raises(
+        self, sandbox: BaseSandbox, workdir: str, how: str
+    ) -> None:
+        """As ``subprocess`` does: a file that is not executable is a
+        PermissionError, a program that is not there a FileNotFoundError."""
+        data = self.p(workdir, "data.txt")
+        sandbox.write(data, "not a program\n")
+        cases = [([data], PermissionError), (["no-such-program-" + secrets.token_hex(8)], FileNotFoundError)]
+        for argv, error in cases:
+            with pytest.raises(error):
+                if how == "start":
+                    sandbox.start(argv)
+                else:
+                    sandbox.run(argv, on_stdout=(lambda text: None) if how == "followed" else None)
+        with pytest.raises(errors.InvalidArgumentError):
+            sandbox.run([])
+
     # -- write / read ------------------------------------------------------------------------
 
     @pytest.mark.parametrize("content", HOSTILE_CONTENTS, ids=lambda c: repr(c)[:30])
