@@ -1,10 +1,11 @@
 """What the process model costs, against ``execute("true")`` in the same run.
 
-Run: ``.venv/bin/python -m benchmarks.processes [rounds] [--providers local bwrap e2b-fake]``.
-``e2b-fake`` is E2B through the project's fake service on 127.0.0.1
-(tests/providers/e2b/fake_server.py): it measures the native streaming path
-(one ``commands.run`` whose output envd streams, no polls) and the SDK's own
-cost, not E2B's network or envd.
+Run: ``.venv/bin/python -m benchmarks.processes [rounds] [--providers local bwrap e2b-fake modal-fake]``.
+``e2b-fake`` and ``modal-fake`` are E2B and Modal through the project's fake
+services on 127.0.0.1 (tests/providers/<name>/fake_server.py): they measure
+the native streaming paths (one ``commands.run`` or one exec whose output
+the SDK streams, no polls) and the SDKs' own cost, not the services'
+network or workers.
 Per provider, rounds alternating between providers so drift in machine load
 hits both alike:
 
@@ -38,6 +39,8 @@ from sandbox_sdk.providers.bwrap import BwrapProvider
 from sandbox_sdk.providers.e2b import E2BProvider
 from sandbox_sdk.providers.local import LocalProvider
 from tests.providers.e2b.fake_server import FakeE2BServer
+from tests.providers.modal.conftest import make_provider as modal_provider
+from tests.providers.modal.fake_server import FakeModalServer
 
 #: The only API key the fake E2B service is given.
 FAKE_E2B_KEY = "e2b_benchmark_key"
@@ -55,10 +58,20 @@ def e2b_fake(state: Path, stack: ExitStack) -> BaseSandbox:
     return sandbox
 
 
+def modal_fake(state: Path, stack: ExitStack) -> BaseSandbox:
+    """A sandbox of the fake Modal backend, which ``stack`` stops at the end."""
+    server = stack.enter_context(FakeModalServer().running())
+    provider = modal_provider(server, app_name="benchmark-processes")
+    sandbox = provider.create()
+    stack.callback(provider.delete, sandbox_id=sandbox.id)
+    return sandbox
+
+
 PROVIDERS: dict[str, Callable[[Path, ExitStack], BaseSandbox]] = {
     "local": lambda state, stack: LocalProvider(state / "local").create(),
     "bwrap": lambda state, stack: BwrapProvider(state / "bwrap").create(),
     "e2b-fake": e2b_fake,
+    "modal-fake": modal_fake,
 }
 QUIET = "sleep 6"
 CHATTY = "for i in $(seq 120); do echo line $i; sleep 0.05; done"
