@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shlex
 from collections import deque
@@ -514,18 +515,42 @@ def _run_args(command: Command) -> dict[str, Any]:
 def command_call(
     sandbox: SandboxCore, script: Script[V], command: Command, args: dict[str, Any], *, timeout: float | None
 ) -> Operation[Reply[V] | None]:
-    """A script call that runs ``command`` (with ``args`` of its own), its
-    stdin in the command or, when too large for one, staged first."""
-    args = {**args, **_run_args(command)}
+    """A script call that runs ``command`` (with ``args`` of its own); the
+    program (with its ``cwd`` and ``env``) and its stdin each in the command
+    or, when too large for one, staged first."""
+    program = _run_args(command)
+    staged: list[str] = []
+    if protocol.command_overhead(script.op, {**args, **program}) > sandbox.max_command_bytes - PROGRAM_ROOM:
+        staged.append(scratch_path(sandbox, "program"))  # the script reads and removes it
+        yield from stage(sandbox, staged[0], io.BytesIO(json.dumps(program).encode("ascii")))
+        program = {"program": staged[0]}
+    call = _command_call(sandbox, script, command, {**args, **program}, staged, timeout=timeout)
+    return (yield from _consuming(call, staged))
+
+
+#: Bytes of a command left for stdin (and slack) before a program is staged.
+PROGRAM_ROOM = 4096
+
+
+def _command_call(
+    sandbox: SandboxCore,
+    script: Script[V],
+    command: Command,
+    args: dict[str, Any],
+    staged: list[str],
+    *,
+    timeout: float | None,
+) -> Operation[Reply[V] | None]:
+    """:func:`command_call` once the program is in ``args``: stdin in the
+    command or staged (its name added to ``staged``, for clean-up)."""
     what = script.op
     if command.stdin is None:
         return (yield from script.command(args, what=what, timeout=timeout))
     if sandbox._fits(script.op, {**args, "stdin": 0}, len(command.stdin)):
         return (yield from script.command({**args, "stdin": 0}, [command.stdin], what=what, timeout=timeout))
-    staged = scratch_path(sandbox, "stdin")  # the script opens and removes it
-    yield from stage(sandbox, staged, io.BytesIO(command.stdin))
-    call = script.command({**args, "stdin": staged}, what=what, timeout=timeout)
-    return (yield from _consuming(call, [staged]))
+    staged.append(scratch_path(sandbox, "stdin"))  # the script opens and removes it
+    yield from stage(sandbox, staged[-1], io.BytesIO(command.stdin))
+    return (yield from script.command({**args, "stdin": staged[-1]}, what=what, timeout=timeout))
 
 
 #: Seconds a foreground ``run`` with a timeout has beyond it to report (the
@@ -575,10 +600,12 @@ def _text_sink(
 def _streamed(
     sandbox: SandboxOperations, command: Command, sink: OutputSink, *, keep_output: bool = True
 ) -> Operation[RunResult]:
-    """``_stream_command``, except that an argument vector always takes the
-    derived path: the scripts run it without a shell, so a program that
-    cannot be executed is a typed error on every provider."""
-    if command.argv is None:
+    """``_stream_command``, except that an argument vector and a command
+    larger than one ``execute`` command always take the derived path: the
+    scripts run an argument vector without a shell (so a program that cannot
+    be executed is a typed error on every provider) and stage a large one."""
+    native = command.argv is None and len(command.command.encode("utf-8")) <= sandbox.max_command_bytes // 2
+    if native:
         return (yield from sandbox._stream_command(command, sink, keep_output=keep_output))
     return (yield from SandboxOperations._stream_command(sandbox, command, sink, keep_output=keep_output))
 

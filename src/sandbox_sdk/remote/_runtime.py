@@ -577,7 +577,14 @@ def exit_status(status: int) -> int:
 
 def prepare(args: Args, blobs: Blobs) -> Tuple[Program, Dict[bytes, bytes], int]:
     """The program (a shell command, or an argument vector run without a
-    shell), its environment and its stdin; enters ``cwd``."""
+    shell), its environment and its stdin; enters ``cwd``. A program too
+    large for the command was staged (``program``: a JSON file of the
+    arguments below, removed once read)."""
+    if "program" in args:
+        path = unb64(args["program"])
+        with open(path, "rb") as staged:
+            args = dict(args, **json_loads(staged.read().decode("ascii")))
+        os.unlink(path)
     if args.get("cwd") is not None:
         cwd = unb64(args["cwd"])
         check_path(cwd)

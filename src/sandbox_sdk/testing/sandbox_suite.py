@@ -195,6 +195,22 @@ class SandboxConformanceTests(SandboxSuite):
         result = sandbox.run(argv, on_stdout=(lambda text: None) if followed else None)
         assert (result.exit_code, result.stdout) == (0, "<a b><$(id)><'q' \"d\"><-n><\n><é><;exit 3>")
 
+    @pytest.mark.parametrize("how", ["run", "followed", "start"])
+    def test_a_program_larger_than_a_command_is_staged(self, sandbox: BaseSandbox, how: str) -> None:
+        """A shell command or an argument vector longer than one command (and
+        than one argument may be) still runs, with its stdin."""
+        chunk = "x" * (64 * 1024)
+        count = 16  # 1 MiB: more than a cloud provider's command, less than Linux's ARG_MAX
+        argv = ["sh", "-c", 'printf %s "$@" | wc -c; cat', "sh", *[chunk] * count]
+        expected = f"{len(chunk) * count}\nin\n"
+        if how == "start":
+            assert sandbox.start(argv, stdin="in\n").wait(timeout=60).stdout.lstrip() == expected
+            return
+        on_stdout = (lambda text: None) if how == "followed" else None
+        assert sandbox.run(argv, stdin="in\n", on_stdout=on_stdout).stdout.lstrip() == expected
+        shell = f"echo {chunk * count} | wc -c"
+        assert sandbox.run(shell, on_stdout=on_stdout).stdout.strip() == str(len(chunk) * count + 1)
+
     def test_a_started_argument_vector_is_shown_shell_quoted(self, sandbox: BaseSandbox) -> None:
         process = sandbox.start(["sh", "-c", "sleep 30", "it's"])
         try:

@@ -38,11 +38,6 @@ PROVIDER_GAPS: dict[str, dict[str, str]] = {
         ),
     },
 }
-#: ``run`` stages a large stdin but passes the command itself as one argument.
-LARGE_COMMAND = (
-    "run() does not stage a command larger than the provider's one-argument limit "
-    "(Modal refuses it, E2B and Daytona fail with E2BIG); not filed yet"
-)
 #: The local provider and the cloud fakes run commands as the user of this test
 #: process; run by root, they may read and write any file.
 HOST_USER = {"local", *CLOUD}
@@ -76,8 +71,6 @@ for _name in SLOW:
 def gaps(provider: str) -> dict[str, str]:
     """The checks expected to fail on ``provider``, with their reasons."""
     declared = KNOWN_GAPS | PROVIDER_GAPS.get(provider, {})
-    if provider in CLOUD:
-        declared["test_exec_large_command"] = LARGE_COMMAND
     if provider in HOST_USER and os.geteuid() == 0:
         declared |= AS_ROOT
     return declared

@@ -617,6 +617,10 @@ class _Results(Generic[R]):
             self.progress(self.done, self.done)
 
 
+#: Output kept of one command (bytes), unless the sandbox is given another cap.
+DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+
+
 class E2BSandbox(BaseSandbox):
     """A running E2B sandbox, from the SDK's ``Sandbox`` or ``AsyncSandbox``.
 
@@ -631,6 +635,11 @@ class E2BSandbox(BaseSandbox):
     E2B kills the sandbox (wall-clock seconds, at the latest), if known; the
     keep-alive moves it.
     """
+
+    #: envd streams a command's output as events, so the cap is ours alone:
+    #: the same as Daytona's and Modal's, so a page of ``read`` or a listing
+    #: costs as many round trips on every cloud provider.
+    max_output_bytes = DEFAULT_MAX_OUTPUT_BYTES
 
     def __init__(
         self,
@@ -811,4 +820,4 @@ class E2BSandbox(BaseSandbox):
         return results.items
 
 
-__all__ = ["DEFAULT_TIMEOUT", "E2BLifetime", "E2BSandbox"]
+__all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "DEFAULT_TIMEOUT", "E2BLifetime", "E2BSandbox"]
