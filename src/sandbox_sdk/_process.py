@@ -82,6 +82,7 @@ class Collected:
         self.truncated = False
 
     def add(self, stream: StreamName, data: bytes) -> None:
+        """Keep a piece of ``stream``'s output, as much of it as the limit leaves room for."""
         room = self.limit - self.size
         if len(data) > room:
             self.truncated = True
@@ -91,6 +92,8 @@ class Collected:
             self.size += len(data)
 
     def result(self, exit_code: int | None, timed_out: bool, *, truncated: bool = False) -> RunResult:
+        """The :class:`RunResult` of what was kept, decoded as UTF-8 text
+        (invalid bytes as U+FFFD); ``truncated`` adds to what the limit cut."""
         decoders = Decoders()
         texts: dict[StreamName, list[str]] = {"stdout": [], "stderr": []}
         merged: list[str] = []
