@@ -520,7 +520,7 @@ def command_call(
     or, when too large for one, staged first."""
     program = _run_args(command)
     staged: list[str] = []
-    if protocol.command_overhead(script.op, {**args, **program}) > sandbox.max_command_bytes - PROGRAM_ROOM:
+    if not fits_one_command(sandbox, script, {**args, **program}):
         staged.append(scratch_path(sandbox, "program"))  # the script reads and removes it
         yield from stage(sandbox, staged[0], io.BytesIO(json.dumps(program).encode("ascii")))
         program = {"program": staged[0]}
@@ -530,6 +530,14 @@ def command_call(
 
 #: Bytes of a command left for stdin (and slack) before a program is staged.
 PROGRAM_ROOM = 4096
+
+
+def fits_one_command(sandbox: SandboxCore, script: Script[Any], args: Mapping[str, Any]) -> bool:
+    """Whether ``script`` with ``args`` (a program among them) leaves
+    ``PROGRAM_ROOM`` of one ``execute`` command: the one rule for "a program
+    too large for one command", which is staged (``command_call``) and never
+    streamed natively (``_streamed``)."""
+    return protocol.command_overhead(script.op, args) <= sandbox.max_command_bytes - PROGRAM_ROOM
 
 
 def _command_call(
@@ -604,7 +612,7 @@ def _streamed(
     larger than one ``execute`` command always take the derived path: the
     scripts run an argument vector without a shell (so a program that cannot
     be executed is a typed error on every provider) and stage a large one."""
-    native = command.argv is None and len(command.command.encode("utf-8")) <= sandbox.max_command_bytes // 2
+    native = command.argv is None and fits_one_command(sandbox, SPAWN, _run_args(command))
     if native:
         return (yield from sandbox._stream_command(command, sink, keep_output=keep_output))
     return (yield from SandboxOperations._stream_command(sandbox, command, sink, keep_output=keep_output))
