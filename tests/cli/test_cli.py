@@ -256,6 +256,30 @@ def test_cp_directories_both_ways(sbx: Sbx, sandbox: str, tmp_path: Path) -> Non
     assert "sub/deeper" not in back_dirs
 
 
+def test_cp_symlinks_policy_both_ways(sbx: Sbx, sandbox: str, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("from outside\n")
+    tree = tmp_path / "linked"
+    tree.mkdir()
+    (tree / "kept").write_text("kept\n")
+    (tree / "link").symlink_to(outside)
+    refused = sbx("cp", "--symlinks", "refuse", tree, f"{sandbox}:refused", check=False)
+    assert refused.returncode != 0
+    assert "link" in refused.stderr
+    assert sbx("exec", sandbox, "test -e refused || echo absent").stdout == "absent\n"
+    copied = sbx("cp", "--symlinks", "copy-inside", tree, f"{sandbox}:copied")
+    assert copied.stderr == ""
+    assert sbx("exec", sandbox, "test -L copied/link || cat copied/link").stdout == "from outside\n"
+    sbx("exec", sandbox, 'printf far > far.txt && ln -s "$PWD/far.txt" copied/away')
+    back = tmp_path / "back"
+    sbx("cp", "--symlinks", "copy-inside", f"{sandbox}:copied", back)
+    assert (back / "away").read_bytes() == b"far"
+    assert not (back / "away").is_symlink()
+    bad = sbx("cp", "--symlinks", "follow", tree, f"{sandbox}:x", check=False)
+    assert bad.returncode == 2
+    assert "'skip', 'refuse', 'copy-inside'" in bad.stderr
+
+
 def test_ls_lists_a_directory(sbx: Sbx, sandbox: str) -> None:
     sbx("exec", sandbox, "mkdir -p d/inner && printf 12345 > d/five && chmod 640 d/five")
     lines = sbx("ls", sandbox, "d").stdout.splitlines()

@@ -16,7 +16,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any, TextIO, get_args
 
 import click
 from rich.console import Console
@@ -36,6 +36,7 @@ from sandbox_sdk.cli._copy import copy
 from sandbox_sdk.cli._shell import run_shell
 from sandbox_sdk.provider import DEFAULT_PROVIDER, PROVIDER_ENV, install_hint
 from sandbox_sdk.provider_kit.host_state import HostStateProvider
+from sandbox_sdk.transfer import SymlinkPolicy
 
 #: ``ls`` shows each entry's type as ``stat.filemode`` does.
 TYPE_BITS = {"file": stat.S_IFREG, "dir": stat.S_IFDIR, "symlink": stat.S_IFLNK, "other": 0}
@@ -233,16 +234,27 @@ def shell(ctx: click.Context, provider: str, sandbox_id: str) -> None:
     metavar="PATTERN",
     help="Leave out of a directory's copy what matches (a name or a relative path; repeatable).",
 )
+@click.option(
+    "--symlinks",
+    type=click.Choice(get_args(SymlinkPolicy)),
+    default="skip",
+    show_default=True,
+    help="What a directory's copy does with a symlink pointing outside the tree.",
+)
 @click.argument("source")
 @click.argument("dest")
-def cp(provider: str, quiet: bool, exclude: tuple[str, ...], source: str, dest: str) -> None:
+def cp(
+    provider: str, quiet: bool, exclude: tuple[str, ...], symlinks: SymlinkPolicy, source: str, dest: str
+) -> None:
     """Copy a file or directory into a sandbox (LOCAL ID:PATH) or out of one (ID:PATH LOCAL).
 
     Like cp -r: into DEST if it is an existing directory, else as DEST. A
     progress bar shows on a terminal once a copy takes more than a moment. A
-    symlink pointing outside a copied tree is left out, and named on stderr."""
+    symlink pointing outside a copied tree is left out and named on stderr
+    (--symlinks skip), fails the copy before anything is written (refuse), or
+    is replaced by a copy of the file it points to (copy-inside)."""
     with opened(provider) as sandboxes:
-        copy(sandboxes, source, dest, exclude, Console(stderr=True, quiet=quiet))
+        copy(sandboxes, source, dest, exclude, symlinks, Console(stderr=True, quiet=quiet))
 
 
 @cli.command("ls")

@@ -29,6 +29,7 @@ from rich.progress import (
 )
 
 from sandbox_sdk import BaseSandbox, DirectoryTransferResult, SandboxFileNotFoundError, SandboxProvider
+from sandbox_sdk.transfer import SymlinkPolicy
 
 #: ``ID:PATH``. The ID holds no ``/``, so a local name with a colon is written ``./a:b``.
 REMOTE = re.compile(r"^(?P<id>[^/:]+):(?P<path>.*)$", re.DOTALL)
@@ -83,22 +84,34 @@ def split_remote(argument: str) -> tuple[str, str] | None:
 
 
 def copy(
-    sandboxes: SandboxProvider[Any], source: str, dest: str, exclude: Sequence[str], console: Console
+    sandboxes: SandboxProvider[Any],
+    source: str,
+    dest: str,
+    exclude: Sequence[str],
+    symlinks: SymlinkPolicy,
+    console: Console,
 ) -> None:
     """Copy ``source`` to ``dest``: exactly one of them is ``ID:PATH``.
-    ``exclude``: glob patterns a directory's copy leaves out."""
+    ``exclude`` and ``symlinks``: as ``upload_dir`` / ``download_dir`` take them."""
     remote_source, remote_dest = split_remote(source), split_remote(dest)
     if remote_dest is not None and remote_source is None:
         sandbox_id, path = remote_dest
-        upload(sandboxes.get(sandbox_id), Path(source), path, exclude, console)
+        upload(sandboxes.get(sandbox_id), Path(source), path, exclude, symlinks, console)
     elif remote_source is not None and remote_dest is None:
         sandbox_id, path = remote_source
-        download(sandboxes.get(sandbox_id), path, Path(dest), exclude, console)
+        download(sandboxes.get(sandbox_id), path, Path(dest), exclude, symlinks, console)
     else:
         raise click.UsageError("one of SOURCE and DEST must be ID:PATH and the other a local path")
 
 
-def upload(sandbox: BaseSandbox, local: Path, remote: str, exclude: Sequence[str], console: Console) -> None:
+def upload(
+    sandbox: BaseSandbox,
+    local: Path,
+    remote: str,
+    exclude: Sequence[str],
+    symlinks: SymlinkPolicy,
+    console: Console,
+) -> None:
     """``local`` (a file or a tree) to ``remote``, or into it if it is a directory."""
     is_dir = local.is_dir()
     if not is_dir:
@@ -108,7 +121,8 @@ def upload(sandbox: BaseSandbox, local: Path, remote: str, exclude: Sequence[str
         target = posixpath.join(remote, local.resolve().name)
     with TransferBar(console, f"↑ {target}") as bar:
         if is_dir:
-            report_skipped(sandbox.upload_dir(local, target, exclude=exclude, progress=bar), local)
+            tree = sandbox.upload_dir(local, target, exclude=exclude, symlinks=symlinks, progress=bar)
+            report_skipped(tree, local)
             return
         (result,) = sandbox.upload_files([(target, str(local))], progress=bar)
     if result.error is not None:
@@ -123,7 +137,12 @@ def remote_is_dir(sandbox: BaseSandbox, path: str) -> bool:
 
 
 def download(
-    sandbox: BaseSandbox, remote: str, local: Path, exclude: Sequence[str], console: Console
+    sandbox: BaseSandbox,
+    remote: str,
+    local: Path,
+    exclude: Sequence[str],
+    symlinks: SymlinkPolicy,
+    console: Console,
 ) -> None:
     """``remote`` (a file or a tree) to ``local``, or into it if it is a directory."""
     info = sandbox.stat(remote)  # a missing source is a SandboxFileNotFoundError naming it
@@ -131,7 +150,8 @@ def download(
     target = local / name if local.is_dir() and name not in ("", "..") else local
     with TransferBar(console, f"↓ {target}") as bar:
         if info.type == "dir":
-            report_skipped(sandbox.download_dir(remote, target, exclude=exclude, progress=bar), remote)
+            tree = sandbox.download_dir(remote, target, exclude=exclude, symlinks=symlinks, progress=bar)
+            report_skipped(tree, remote)
         else:
             sandbox.download_file(remote, target, progress=bar)
 

@@ -21,7 +21,7 @@ guarantees an override must keep, and
 ``sandbox_sdk.testing.transfer_suite.TransferContractTests`` checks them.
 """
 
-from sandbox_sdk.transfer._directories import safe_extract
+from sandbox_sdk.transfer._directories import SymlinkPolicy, safe_extract
 from sandbox_sdk.transfer._results import (
     TRANSFER_ERROR_CODES,
     TransferResults,
@@ -35,6 +35,7 @@ __all__ = [
     "TRANSFER_ERROR_CODES",
     "OpenedUpload",
     "Progress",
+    "SymlinkPolicy",
     "TransferResults",
     "UploadSource",
     "download_result",
