@@ -1,15 +1,20 @@
-"""A provider with a native ``aexecute``: every async operation uses it and never a thread."""
+"""A provider with a native ``aexecute``: every async operation uses it, and a worker
+thread only to decode a reply too large to decode on the event loop."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio.to_thread
 import pytest
 
+from sandbox_sdk import _core
+from sandbox_sdk._calls import Call
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
 
@@ -81,3 +86,41 @@ async def test_async_chunked_transfer_runs_chunks_concurrently(tmp_path: Path, n
     assert sandbox.max_in_flight > 1
     assert (tmp_path / "big.bin").read_bytes() == data
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.bin"]
+
+
+async def test_a_large_reply_is_decoded_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decoded_on: list[tuple[int, bool]] = []
+
+    def recording(decode: object) -> object:
+        def wrapper(self: Call[Any], response: ExecuteResponse, nonce: str) -> object:
+            decoded_on.append((len(response.output), threading.current_thread() is threading.main_thread()))
+            return decode(self, response, nonce)  # type: ignore[operator]
+
+        return wrapper
+
+    for call_type in _all_call_types():
+        monkeypatch.setattr(call_type, "decode", recording(call_type.decode))
+    sandbox = AsyncOnlySandbox(tmp_path)
+    data = os.urandom(600 * 1024)  # one chunk, whose reply is over LOOP_DECODE_LIMIT as base64
+    (tmp_path / "big.bin").write_bytes(data)
+    (tmp_path / "small.txt").write_text("small")
+    assert await sandbox.aread_bytes("big.bin") == data
+    assert (await sandbox.aread("small.txt")).content == "small"
+    large = [on_loop for size, on_loop in decoded_on if size > _core.LOOP_DECODE_LIMIT]
+    small = [on_loop for size, on_loop in decoded_on if size <= _core.LOOP_DECODE_LIMIT]
+    assert large and not any(large)  # the 600 KiB chunk's reply: on a worker thread
+    assert small and all(small)
+
+
+def _all_call_types() -> list[type[Call[Any]]]:
+    """Every call class with a ``decode`` of its own."""
+    found: list[type[Call[Any]]] = []
+    pending: list[type[Call[Any]]] = list(Call.__subclasses__())
+    while pending:
+        call_type = pending.pop()
+        pending.extend(call_type.__subclasses__())
+        if "decode" in vars(call_type):
+            found.append(call_type)
+    return found

@@ -37,6 +37,7 @@ PRIVATE_UNIT_TESTS = {
     "tests/test_kernel.py": ("sandbox_sdk._kernel",),
     "tests/test_calls.py": ("sandbox_sdk._calls", "sandbox_sdk._kernel", "sandbox_sdk.remote._runtime"),
     "tests/test_pipeline.py": ("sandbox_sdk._core", "sandbox_sdk._calls"),  # the drivers, threads patched
+    "tests/test_async_native.py": ("sandbox_sdk._core", "sandbox_sdk._calls"),  # where replies are decoded
     "tests/test_provider_flows.py": ("sandbox_sdk._provider_flows", "sandbox_sdk._kernel"),
     "tests/test_protocol.py": ("sandbox_sdk.remote._runtime",),  # client exit codes vs the in-sandbox table
     "tests/test_remote_units.py": ("sandbox_sdk.remote._runtime",),
