@@ -1,18 +1,28 @@
-"""grep's two ways of searching give the same result: GNU grep, run by the
-script with an argument vector when the sandbox has it (fixed strings), and
-the Python walk that stays as the fallback (no grep on ``PATH``, or a grep
-that fails). Hostile names, binary files, CRLF and long lines, caps."""
+"""grep's ways of searching give the same result on the same tree:
+
+- **shell**: GNU grep run by bash alone, no interpreter (a fixed string);
+- **script**: the ``grep`` script running GNU grep with an argument vector
+  over the files its walk found (here: a grep that refuses ``-r``, so the
+  shell path hands over to the script in the same round trip);
+- **walk**: the script's Python walk (no grep on ``PATH``);
+- **failing**: a grep that always fails, so the script falls back to its walk.
+
+Hostile names, binary files, CRLF and long lines, symlinks and a FIFO, caps;
+and what sends the shell path to the script (a binary file that matches, an
+unreadable directory or file, a name that is not UTF-8)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from sandbox_sdk import GrepResult
+from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 
 NEEDLE = "needle"
@@ -20,9 +30,34 @@ NEEDLE = "needle"
 PYTHON3 = subprocess.run(
     ["python3", "-c", "import sys; print(sys.executable)"], capture_output=True, text=True, check=True
 ).stdout.strip()
+GREP = shutil.which("grep") or "grep"
+#: As root, a mode 000 directory is readable: bash then runs without the
+#: capabilities that let root read anything, so the tree's modes hold.
+SETPRIV = shutil.which("setpriv")
+DROP_ROOT_READ = (
+    f"{SETPRIV} --bounding-set -dac_override,-dac_read_search " if os.geteuid() == 0 and SETPRIV else None
+)
+#: GNU grep reads a file in buffers of at least 32 KiB and calls a file
+#: binary at the first one that holds a NUL; the script at a NUL in the
+#: first 8 KiB.
+PAST_GREPS_BUFFER = 200_000
 
 
-def make_tree(root: Path) -> None:
+class Counting(LocalSandbox):
+    """A local sandbox that keeps each command and response."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.calls: list[tuple[str, ExecuteResponse]] = []
+
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        response = super().execute(command, timeout=timeout)
+        self.calls.append((command, response))
+        return response
+
+
+def make_tree(tree: Path) -> None:
+    """Names and contents that the shell path searches itself."""
     names = [
         "plain.txt",
         "a\nb.txt",
@@ -30,12 +65,16 @@ def make_tree(root: Path) -> None:
         "-e",
         "--",
         "sp ace $(touch pwned).txt",
+        "q'uo\"te`x`.txt",
         "nul\u00e9.py",
+        "\u65e5\u672c.py",
+        ".hidden.py",
         "sub/deeper/z.txt",
         "sub/a.py",
+        "sub/.dot/b.py",
     ]
     for i, name in enumerate(names):
-        path = root / "tree" / name
+        path = tree / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(
             b"first line\n"
@@ -47,43 +86,70 @@ def make_tree(root: Path) -> None:
             + b"\n"
             + f"last {NEEDLE} without newline".encode()
         )
-    (root / "tree" / os.fsdecode(b"bad-\xff\xfe.txt")).write_bytes(b"\xff " + NEEDLE.encode() + b" \xfe\n")
-    (root / "tree" / "binary.bin").write_bytes(b"\0" + NEEDLE.encode() + b"\n")
-    (root / "tree" / "late-nul.txt").write_bytes(b"a" * 9000 + b"\0\n" + NEEDLE.encode() + b"\n")
-    (root / "tree" / "cr-only.txt").write_bytes(NEEDLE.encode() + b"\r\r\n" + b"needle\rin the middle\n")
-    (root / "tree" / "empty.txt").write_bytes(b"")
-    (root / "tree" / "link.txt").symlink_to("plain.txt")
-    os.mkfifo(root / "tree" / "fifo")
+    (tree / os.fsdecode(b"bad-\xff\xfe.txt")).write_bytes(b"\xff no match \xfe\n")
+    (tree / "binary.bin").write_bytes(b"\0no match\n")
+    (tree / "late-nul.txt").write_bytes(NEEDLE.encode() + b"\n" + b"a" * PAST_GREPS_BUFFER + b"\0\n")
+    (tree / "mid-nul.txt").write_bytes(b"a" * 20_000 + b"\0\nno match\n")
+    (tree / "cr-only.txt").write_bytes(NEEDLE.encode() + b"\r\r\n" + b"needle\rin the middle\n")
+    (tree / "empty.txt").write_bytes(b"")
+    (tree / "link.txt").symlink_to("plain.txt")
+    (tree / "dir-link").symlink_to("sub")
+    (tree / "loop").symlink_to("loop")
+    (tree / "dangling").symlink_to("nowhere")
+    os.mkfifo(tree / "fifo")
+
+
+def refuse(flag: str) -> str:
+    """A grep that fails when given ``flag`` and is GNU grep otherwise."""
+    check = f'for a; do [ "$a" = {flag} ] && {{ echo "grep: no {flag}" >&2; exit 2; }}; done'
+    return f'#!/bin/sh\n{check}\nexec {GREP} "$@"\n'
+
+
+#: The greps on each sandbox's ``PATH`` (``None``: no grep).
+GREPS: dict[str, Callable[[Path], str] | None] = {
+    "shell": lambda log: f'#!/bin/sh\necho "$*" >> "{log}"\nexec {GREP} "$@"\n',
+    "script": lambda log: refuse("-r"),
+    "walk": None,
+    "failing": lambda log: "#!/bin/sh\necho 'grep: unknown option' >&2\nexit 2\n",
+}
 
 
 @pytest.fixture
-def sandboxes(tmp_path: Path) -> dict[str, LocalSandbox]:
-    """Three sandboxes on one tree: with GNU grep (through a wrapper that
-    notes each run), without any grep, and with a grep that always fails."""
+def root(tmp_path: Path) -> Path:
     root = tmp_path / "root"
-    root.mkdir()
-    make_tree(root)
-    bins = {}
-    for name in ("with", "without", "failing"):
+    make_tree(root / "tree")
+    return root
+
+
+@pytest.fixture
+def sandboxes(tmp_path: Path, root: Path) -> dict[str, Counting]:
+    """One sandbox per way on one tree. ``python3`` notes each start in
+    ``python-runs`` and the shell path's grep each run in ``grep-runs``."""
+    made = {}
+    for name, grep in GREPS.items():
         folder = tmp_path / f"bin-{name}"
         folder.mkdir()
-        (folder / "bash").symlink_to(shutil.which("bash") or "/bin/bash")
-        (folder / "python3").symlink_to(PYTHON3)
-        bins[name] = folder
-    real = shutil.which("grep")
-    assert real, "these tests need GNU grep on the host"
-    wrapper = bins["with"] / "grep"
-    wrapper.write_text(f'#!/bin/sh\necho run >> "{tmp_path}/grep-runs"\nexec {real} "$@"\n')
-    failing = bins["failing"] / "grep"
-    failing.write_text("#!/bin/sh\necho 'grep: unknown option' >&2\nexit 2\n")
-    for script in (wrapper, failing):
-        script.chmod(0o755)
-    return {name: LocalSandbox(root, env={"PATH": str(folder)}) for name, folder in bins.items()}
+        scripts = {"python3": f'#!/bin/sh\necho run >> "{tmp_path}/python-runs"\nexec {PYTHON3} "$@"\n'}
+        if grep is not None:
+            scripts["grep"] = grep(tmp_path / "grep-runs")
+        if DROP_ROOT_READ:
+            scripts["bash"] = f'#!/bin/sh\nexec {DROP_ROOT_READ}{shutil.which("bash")} "$@"\n'
+        else:
+            (folder / "bash").symlink_to(shutil.which("bash") or "/bin/bash")
+        for program, text in scripts.items():
+            (folder / program).write_text(text)
+            (folder / program).chmod(0o755)
+        made[name] = Counting(root, env={"PATH": str(folder)})
+    return made
 
 
-def runs(tmp_path: Path) -> int:
-    log = tmp_path / "grep-runs"
-    return len(log.read_text().splitlines()) if log.exists() else 0
+def runs(tmp_path: Path, program: str) -> list[str]:
+    log = tmp_path / f"{program}-runs"
+    return log.read_bytes().decode("utf-8", "replace").splitlines() if log.exists() else []
+
+
+def search_all(sandboxes: dict[str, Counting], pattern: str, **options: object) -> dict[str, GrepResult]:
+    return {name: sandbox.grep(pattern, "tree", **options) for name, sandbox in sandboxes.items()}  # type: ignore[arg-type]
 
 
 CASES = [
@@ -92,70 +158,218 @@ CASES = [
     pytest.param(NEEDLE, {"max_matches": 5}, id="cap-5"),
     pytest.param(NEEDLE, {"max_matches": 17}, id="cap-17"),
     pytest.param(NEEDLE, {"glob": "*.py"}, id="glob-filter"),
+    pytest.param(NEEDLE, {"glob": "?l*"}, id="glob-question-mark"),
     pytest.param(NEEDLE, {"glob": "sub/**"}, id="glob-path-filter"),
-    pytest.param(f"{NEEDLE}\r", {}, id="carriage-return"),
+    pytest.param(NEEDLE, {"glob": "{plain,empty}.txt"}, id="glob-braces"),
     pytest.param("and needle:", {}, id="colon"),
-    pytest.param("\xff", {}, id="not-utf8-pattern"),
     pytest.param("$(touch pwned)", {}, id="shell-syntax"),
     pytest.param("-e", {}, id="option-like"),
+    pytest.param("'\"`", {}, id="quotes"),
     pytest.param("x" * 1200, {}, id="long-line"),
+    pytest.param("\u00e9", {}, id="unicode"),
+    pytest.param(f"{NEEDLE}\r", {}, id="carriage-return"),
     pytest.param(f"first\n{NEEDLE}", {}, id="newline-pattern"),
 ]
 
 
 @pytest.mark.parametrize(("pattern", "options"), CASES)
-def test_grep_and_the_python_walk_agree(
-    sandboxes: dict[str, LocalSandbox], tmp_path: Path, pattern: str, options: dict[str, object]
+def test_every_way_finds_the_same(
+    sandboxes: dict[str, Counting], root: Path, tmp_path: Path, pattern: str, options: dict[str, object]
 ) -> None:
-    pattern = os.fsdecode(pattern.encode("latin-1")) if pattern == "\xff" else pattern
-    results: dict[str, GrepResult] = {
-        name: sandbox.grep(pattern, "tree", **options)  # type: ignore[arg-type]
-        for name, sandbox in sandboxes.items()
-    }
-    assert results["with"] == results["without"] == results["failing"]
-    assert runs(tmp_path) >= 1  # the first sandbox did run grep
-    assert not (tmp_path / "root" / "pwned").exists()
+    results = search_all(sandboxes, pattern, **options)
+    assert results["shell"] == results["script"] == results["walk"] == results["failing"]
+    assert not (root / "tree" / "pwned").exists() and not (root / "pwned").exists()
+    assert len(sandboxes["shell"].calls) == 1
 
 
-def test_the_result_is_what_the_walk_finds(sandboxes: dict[str, LocalSandbox]) -> None:
-    """What both ways agree on, spelled out once."""
-    result = sandboxes["with"].grep(NEEDLE, "tree")
-    assert result.skipped_binary == 1 and not result.truncated and result.unreadable == []
+#: The cases GNU grep alone answers: the others (a pattern of two lines or
+#: ending in CR, a glob with a ``/`` or braces) are the script's.
+SHELL_CASES = CASES[:6] + CASES[8:14]
+
+
+@pytest.mark.parametrize(("pattern", "options"), SHELL_CASES)
+def test_the_shell_path_needs_no_interpreter(
+    sandboxes: dict[str, Counting], tmp_path: Path, pattern: str, options: dict[str, object]
+) -> None:
+    """On this tree, GNU grep alone finds the result: one round trip, no ``python3``."""
+    sandboxes["shell"].grep(pattern, "tree", **options)  # type: ignore[arg-type]
+    assert [line.split()[0] for line in runs(tmp_path, "grep")] == ["-r"]
+    assert runs(tmp_path, "python") == []
+
+
+def test_the_result_is_what_the_walk_finds(sandboxes: dict[str, Counting]) -> None:
+    """What all ways agree on, spelled out once: symlinks below the root are
+    not followed, a binary file without a match is not counted, a NUL past
+    8 KiB leaves a file text."""
+    result = sandboxes["shell"].grep(NEEDLE, "tree")
+    assert (result.skipped_binary, result.truncated, result.unreadable) == (0, False, [])
     by_file: dict[str, list[int]] = {}
     for match in result.matches:
-        by_file.setdefault(os.path.basename(match.path), []).append(match.line_number)
+        by_file.setdefault(os.path.relpath(match.path, "tree"), []).append(match.line_number)
     assert by_file["plain.txt"] == [2, 4, 5, 6]
-    assert by_file["late-nul.txt"] == [2]
+    assert by_file["late-nul.txt"] == [1]
     assert by_file["cr-only.txt"] == [1, 2]
-    assert "fifo" not in by_file and "binary.bin" not in by_file
+    assert not {"link.txt", "dir-link/a.py", "fifo", "binary.bin", "mid-nul.txt"} & set(by_file)
     long = [m for m in result.matches if m.path.endswith("plain.txt") and m.line_number == 5]
     assert long[0].line_truncated and len(long[0].line) == 1000
+    # depth first; a directory's files by name descending, then its subdirectories ascending
+    assert list(dict.fromkeys(os.path.relpath(m.path, "tree") for m in result.matches)) == [
+        "\u65e5\u672c.py",
+        "sp ace $(touch pwned).txt",
+        "q'uo\"te`x`.txt",
+        "plain.txt",
+        "nul\u00e9.py",
+        "late-nul.txt",
+        "cr-only.txt",
+        "colon:7:x.txt",
+        "a\nb.txt",
+        ".hidden.py",
+        "-e",
+        "--",
+        "sub/a.py",
+        "sub/.dot/b.py",
+        "sub/deeper/z.txt",
+    ]
 
 
-def test_caps_cut_where_the_walk_would(sandboxes: dict[str, LocalSandbox]) -> None:
-    full = sandboxes["with"].grep(NEEDLE, "tree").matches
+def test_caps_cut_where_the_walk_would(sandboxes: dict[str, Counting]) -> None:
+    full = sandboxes["shell"].grep(NEEDLE, "tree").matches
     for cap in (1, 4, len(full) - 1):
-        cut = sandboxes["with"].grep(NEEDLE, "tree", max_matches=cap)
+        cut = sandboxes["shell"].grep(NEEDLE, "tree", max_matches=cap)
         assert cut.truncated and cut.matches == full[:cap]
+        assert cut == sandboxes["walk"].grep(NEEDLE, "tree", max_matches=cap)
 
 
-def test_ignore_case_and_regex_use_the_walk(sandboxes: dict[str, LocalSandbox], tmp_path: Path) -> None:
-    sandboxes["with"].grep(NEEDLE.upper(), "tree", ignore_case=True)
-    sandboxes["with"].grep("ne+dle", "tree", fixed_strings=False)
-    assert runs(tmp_path) == 0
+def test_the_output_budget_cuts_where_the_walk_would(root: Path) -> None:
+    """A small ``max_output_bytes``: grep's raw output is cut by the provider,
+    the script searches again within its budget."""
+    small = {name: Counting(root, max_output_bytes=20_000) for name in ("shell", "walk")}
+    shell = small["shell"].grep(NEEDLE, "tree")
+    walk = small["walk"].grep(NEEDLE, "tree", fixed_strings=False)
+    assert shell.truncated and shell == walk
+    assert [response.truncated for _, response in small["shell"].calls] == [True, False]
 
 
-def test_grep_output_is_what_is_taken(sandboxes: dict[str, LocalSandbox], tmp_path: Path) -> None:
-    """A grep that adds a line of its own: the line shows up, so the result
-    came from grep's output (the Python walk could not have found it)."""
-    folder = tmp_path / "bin-lying"
-    shutil.copytree(tmp_path / "bin-without", folder, symlinks=True)
-    lying = folder / "grep"
-    lying.write_text(
-        f'#!/bin/sh\n{shutil.which("grep")} "$@"\nfor last; do :; done\n'
-        f"printf '%s\\0999:{NEEDLE} from grep\\n' \"$last\"\n"
-    )
-    lying.chmod(0o755)
-    result = LocalSandbox(tmp_path / "root", env={"PATH": str(folder)}).grep(NEEDLE, "tree")
-    extra = [m for m in result.matches if m.line_number == 999]
-    assert [m.line for m in extra] == [f"{NEEDLE} from grep"]
+def test_ignore_case_and_regex_use_the_script(sandboxes: dict[str, Counting], tmp_path: Path) -> None:
+    sandboxes["shell"].grep(NEEDLE.upper(), "tree", ignore_case=True)
+    sandboxes["shell"].grep("ne+dle", "tree", fixed_strings=False)
+    assert runs(tmp_path, "grep") == [] and len(runs(tmp_path, "python")) == 2
+
+
+def make_binary_match(tree: Path) -> None:
+    (tree / "zz.bin").write_bytes(b"\0" + NEEDLE.encode() + b"\n")
+
+
+def make_early_nul(tree: Path) -> None:
+    """A NUL past 8 KiB but in grep's first buffer: text to the script,
+    binary to GNU grep."""
+    (tree / "early-nul.txt").write_bytes(b"a" * 9000 + b"\0\n" + NEEDLE.encode() + b"\n")
+
+
+def make_late_match(tree: Path) -> None:
+    """A match past a NUL that GNU grep meets after its first buffer."""
+    (tree / "late-match.txt").write_bytes(b"a" * PAST_GREPS_BUFFER + b"\0\n" + NEEDLE.encode() + b"\n")
+
+
+def make_unreadable_dir(tree: Path) -> None:
+    (tree / "locked").mkdir()
+    (tree / "locked" / "in.txt").write_text(NEEDLE)
+    (tree / "locked").chmod(0)
+
+
+def make_unreadable_file(tree: Path) -> None:
+    (tree / "sub" / "locked.txt").write_text(NEEDLE)
+    (tree / "sub" / "locked.txt").chmod(0)
+
+
+def make_undecodable_name(tree: Path) -> None:
+    (tree / os.fsdecode(b"hit-\xff.txt")).write_text(NEEDLE)
+
+
+#: What sends the shell path to the script, and the round trips it takes then.
+TRIGGERS = [
+    pytest.param(make_binary_match, 1, id="binary-match"),
+    pytest.param(make_early_nul, 1, id="nul-past-8k"),
+    pytest.param(make_late_match, 1, id="match-past-late-nul"),
+    pytest.param(make_unreadable_dir, 1, id="unreadable-dir"),
+    pytest.param(make_unreadable_file, 1, id="unreadable-file"),
+    # the local provider replaces bytes that are not UTF-8 (as the provider
+    # contract says): the client sees it and asks the script
+    pytest.param(make_undecodable_name, 2, id="name-not-utf8"),
+]
+
+
+@pytest.mark.parametrize(("make", "round_trips"), TRIGGERS)
+def test_the_shell_path_hands_over_to_the_script(
+    sandboxes: dict[str, Counting], root: Path, tmp_path: Path, make: Callable[[Path], None], round_trips: int
+) -> None:
+    if make in (make_unreadable_dir, make_unreadable_file) and os.geteuid() == 0 and not DROP_ROOT_READ:
+        pytest.skip("root reads everything and setpriv is missing")
+    make(root / "tree")
+    try:
+        results = search_all(sandboxes, NEEDLE)
+    finally:
+        for locked in (root / "tree" / "locked", root / "tree" / "sub" / "locked.txt"):
+            if locked.exists():
+                locked.chmod(0o755)
+    assert results["shell"] == results["script"] == results["walk"] == results["failing"]
+    assert len(sandboxes["shell"].calls) == round_trips
+    assert runs(tmp_path, "grep")[0].split()[0] == "-r"
+    found = results["shell"]
+    if make is make_binary_match:
+        assert found.skipped_binary == 1
+    if make in (make_early_nul, make_late_match):
+        assert NEEDLE in found.matches[0].line and found.skipped_binary == 0
+    if make in (make_unreadable_dir, make_unreadable_file):
+        assert len(found.unreadable) == 1
+
+
+def test_no_value_is_in_the_command(sandboxes: dict[str, Counting], root: Path) -> None:
+    """The pattern, the root and the glob reach grep as arguments, never as
+    command text (the script's payload holds them as base64)."""
+    pattern, folder, glob = "'$(needle)\"", "we'i$(rd)", "*'$(x)\".py"
+    (root / folder).mkdir()
+    (root / folder / "f'$(x)\".py").write_text(f"a {pattern} b\n")
+    found = sandboxes["shell"].grep(pattern, folder, glob=glob)
+    assert [m.line for m in found.matches] == [f"a {pattern} b"]
+    command = sandboxes["shell"].calls[0][0]
+    assert len(sandboxes["shell"].calls) == 1
+    assert not any(value in command for value in (pattern, folder, glob, "needle", "rd)", "x)"))
+
+
+def test_without_python3_gnu_grep_still_searches(root: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "bin-bare"
+    folder.mkdir()
+    for program in ("bash", "grep"):
+        (folder / program).symlink_to(shutil.which(program) or program)
+    found = LocalSandbox(root, env={"PATH": str(folder)}).grep(NEEDLE, "tree")
+    assert len(found.matches) > 10
+
+
+def test_grep_output_is_what_is_taken(sandboxes: dict[str, Counting], tmp_path: Path, root: Path) -> None:
+    """Greps that add a line of their own: the line shows up, so the result
+    came from grep's output (the walk could not have found it), on both the
+    shell path and the script's."""
+    for name, refused in (("shell", "-x"), ("script", "-r")):
+        folder = tmp_path / f"bin-lying-{name}"
+        shutil.copytree(tmp_path / "bin-walk", folder, symlinks=True)
+        lying = folder / "grep"
+        lying.write_text(
+            refuse(refused).replace("exec ", "")
+            + 'for last; do :; done\n[ -d "$last" ] && last="$last/plain.txt"\n'
+            + f"printf '%s\\0999:{NEEDLE} from grep\\n' \"$last\"\n"
+        )
+        lying.chmod(0o755)
+        result = LocalSandbox(root, env={"PATH": str(folder)}).grep(NEEDLE, "tree")
+        extra = [m for m in result.matches if m.line_number == 999]
+        assert [m.line for m in extra] == [f"{NEEDLE} from grep"], name
+
+
+def test_a_long_pattern_is_the_scripts(sandboxes: dict[str, Counting], tmp_path: Path, root: Path) -> None:
+    """Over 4 KiB of values, the escaped command would crowd the script out: the script searches."""
+    pattern = "y" * 5000
+    (root / "tree" / "long.txt").write_text(f"a {pattern} b\n")
+    found = sandboxes["shell"].grep(pattern, "tree")
+    assert [m.path for m in found.matches] == ["tree/long.txt"] and len(sandboxes["shell"].calls) == 1
+    assert runs(tmp_path, "grep") == [] or runs(tmp_path, "grep")[0].split()[0] != "-r"
+    assert runs(tmp_path, "python") == ["run"]

@@ -28,11 +28,12 @@ import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeAlias, TypeVar, cast
 
 from sandbox_sdk import errors, protocol
 from sandbox_sdk.models import ExecuteResponse, FileInfo, FileType, GlobResult, GrepMatch, GrepResult
 from sandbox_sdk.protocol import Blob, LazyBlob
+from sandbox_sdk.remote.grep import Search, line_matcher
 
 if TYPE_CHECKING:
     from sandbox_sdk.remote._runtime import Empty, Entry
@@ -207,6 +208,158 @@ class CommandCall(_ScriptedCall["Reply[V] | None"]):
 
     def timeout_or(self, default: float) -> float | None:
         return self.timeout
+
+
+#: Printed with the nonce and one byte 0xff before GNU grep's output (see :class:`ShellGrepCall`).
+SHELL_GREP_MARKER = f"{protocol.FRAME_MARKER}_GREP"
+#: Printed with the nonce when the shell grep hands the search over to the script.
+SHELL_GREP_FALLBACK_MARKER = f"{protocol.FRAME_MARKER}_GREP_FALLBACK"
+#: The pattern, root and glob bytes a shell grep takes, together (each byte
+#: is four in the command).
+SHELL_GREP_VALUE_BYTES = 4096
+
+
+def printf_escapes(data: bytes) -> str:
+    """``data`` as ``printf`` octal escapes: no byte of a value appears as
+    itself in a command (and no ``%``, quote or newline)."""
+    return "".join(f"\\{byte:03o}" for byte in data)
+
+
+def walk_key(rel: bytes) -> tuple[tuple[int, bytes], ...]:
+    """Where ``rel`` (a path below the search root) comes in the script's
+    walk (``remote/grep.py``, ``walk_files``): depth first, a directory's
+    files by name descending before its subdirectories by name ascending."""
+    *dirs, name = rel.split(b"/")
+    # A name has no NUL, so every byte maps below 0xff: the terminator puts
+    # a name after every longer name it begins, as a descending order does.
+    return (*((1, d) for d in dirs), (0, name.translate(_DESCENDING) + b"\xff"))
+
+
+_DESCENDING = bytes(255 - b for b in range(256))
+
+
+class ShellReply(NamedTuple):
+    """What a :class:`ShellGrepCall` found: the script's reply, or ``None``
+    if the script must search after all; and whether the provider's output
+    keeps or flags bytes that are not UTF-8 (else GNU grep's raw output
+    cannot be trusted on this sandbox)."""
+
+    value: GrepReply | None
+    bytes_kept: bool
+
+
+@dataclass(frozen=True)
+class ShellGrepCall(Call[ShellReply]):
+    """A fixed-string grep by GNU grep alone, no interpreter started.
+
+    The command gives bash the pattern, the root and the file glob of the
+    ``grep`` script's call (``script``) as ``printf -v`` octal escapes (no
+    value appears as itself in it) and runs ``grep -r -H -n --null -F`` with
+    them as separate arguments, in the C locale. GNU grep reports a binary
+    file that matches, an unreadable entry, a missing root or an option it
+    lacks (``--no-ignore-case`` excludes busybox and GNU grep before 3.3) on
+    stderr: then, or without bash, the same command runs the script (with
+    the same nonce), whose frame is the reply. Otherwise the client puts
+    grep's lines in the walk's order and cuts them at the caps and budget
+    with the script's own :class:`~sandbox_sdk.remote.grep.Search`, so the
+    result is what the script would find (docs/protocol.md, "grep")."""
+
+    script: ScriptCall[GrepReply]
+    what: str
+    timeout: float | None = None
+
+    @staticmethod
+    def takes(pattern: bytes, root: bytes, glob: bytes | None) -> bool:
+        """Whether GNU grep finds exactly the script's lines and files: a
+        pattern that is UTF-8 (a byte match is then a text match), one line,
+        not ending in CR (the script strips a line's CRs before matching); a
+        glob of a name with no class, brace, escape or ``/`` (fnmatch reads
+        those otherwise); and values small enough to be escaped beside the
+        script in one command."""
+        try:
+            pattern.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        plain_glob = glob is None or not any(c in glob for c in b"/[]{}\\")
+        small = len(pattern) + len(root) + len(glob or b"") <= SHELL_GREP_VALUE_BYTES
+        return b"\n" not in pattern and not pattern.endswith(b"\r") and plain_glob and small
+
+    def _raw(self, key: str) -> bytes | None:
+        value = self.script.args[key]
+        return None if value is None else base64.b64decode(value)
+
+    def command(self, max_bytes: int) -> tuple[str, str]:
+        script, nonce = self.script.command(max_bytes)
+        values = {"p": self._raw("pattern"), "r": self._raw("path"), "g": self._raw("glob")}
+        assign = "; ".join(f"printf -v {k} '{printf_escapes(v)}'" for k, v in values.items() if v is not None)
+        include, guard = (' --include="$g"', ' && [ -d "$r" ]') if values["g"] is not None else ("", "")
+        grep = (  # --include is matched against a file operand's whole path: hence the guard
+            f"LC_ALL=C exec grep -r -H -n --null -F -D skip --no-ignore-case"
+            f' -m {self.script.args["max_matches"] + 1}{include} -e "$p" -- "$r"'
+        )
+        command = (
+            f'if [ -n "${{BASH_VERSION-}}" ]; then {assign}; if true{guard}; then'
+            f" printf '\\n%s %s \\377\\n' {SHELL_GREP_MARKER} {nonce};"
+            f" {{ e=$(exec 2>&1 >&3 3>&-; {grep}); s=$?; }} 3>&1;"
+            f' [ "$s" -le 1 ] && [ -z "$e" ] && exit 0;'
+            f" printf '\\n%s %s\\n' {SHELL_GREP_FALLBACK_MARKER} {nonce}; fi; fi\n{script}"
+        )
+        size = protocol.command_bytes(command)
+        if size > max_bytes:
+            raise errors.SandboxRuntimeError(f"{self.what}: command of {size} bytes > {max_bytes}")
+        return command, nonce
+
+    def decode(self, response: ExecuteResponse, nonce: str) -> ShellReply:
+        output = response.output
+        if f"{SHELL_GREP_FALLBACK_MARKER} {nonce}" in output or f"{SHELL_GREP_MARKER} {nonce}" not in output:
+            return ShellReply(self.script.decode(response, nonce)[0], True)
+        if response.timed_out:
+            raise errors.SandboxTimeoutError(f"{self.what} timed out")
+        start = output.index(f"{SHELL_GREP_MARKER} {nonce} ") + len(SHELL_GREP_MARKER) + len(nonce) + 2
+        probe, newline, lines = output[start:].partition("\n")
+        if probe not in ("\udcff", "\ufffd"):  # "": the byte 0xff was dropped, so may others have been
+            return ShellReply(None, bool(probe or not newline))
+        if response.truncated or response.exit_code != 0 or (probe == "\ufffd" and "\ufffd" in lines):
+            return ShellReply(None, True)  # cut, or a byte that was not UTF-8 replaced
+        return ShellReply(self._search(lines.encode("utf-8", "surrogateescape")), True)
+
+    def _search(self, data: bytes) -> GrepReply | None:
+        """The script's reply from GNU grep's ``path NUL number : line LF``
+        records; ``None`` if they do not read as that."""
+        args = self.script.args
+        pattern, root = base64.b64decode(args["pattern"]), base64.b64decode(args["path"])
+        # GNU grep names a file below the root after the root cut to one
+        # trailing slash ("dir//" gives "dir/a"); the script joins them as
+        # os.path.join does ("dir//a").
+        below, joined = root.rstrip(b"/") + b"/", root if root.endswith(b"/") else root + b"/"
+        records: list[tuple[tuple[tuple[int, bytes], ...], int, bytes, bytes]] = []
+        start = 0
+        while start < len(data):
+            nul = data.find(b"\0", start)
+            colon = data.find(b":", nul + 1)
+            end = data.find(b"\n", nul + 1)
+            path, digits = data[start:nul], data[nul + 1 : colon]
+            if nul < 0 or not 0 < colon < end or not digits.isdigit():
+                return None
+            key: tuple[tuple[int, bytes], ...] = ()
+            if path != root:
+                if not path.startswith(below) or len(path) == len(below):
+                    return None
+                key, path = walk_key(path[len(below) :]), joined + path[len(below) :]
+            records.append((key, int(digits), path, data[colon + 1 : end]))
+            start = end + 1
+        records.sort(key=lambda record: record[:2])
+        matcher = line_matcher(pattern, True, False)
+        search = Search(matcher, args["max_matches"], args["max_line_bytes"], args["budget"])
+        for _, number, path, line in records:
+            if not search.add(path, number, line):
+                break
+        return {
+            "matches": search.matches,
+            "truncated": search.truncated,
+            "unreadable": [],
+            "skipped_binary": 0,
+        }
 
 
 class Script(Generic[V]):

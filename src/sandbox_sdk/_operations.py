@@ -17,6 +17,7 @@ paged in as few round trips as the budgets allow; the transfers live in
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import json
@@ -44,6 +45,7 @@ from sandbox_sdk._calls import (
     Call,
     Reply,
     Script,
+    ShellGrepCall,
     check_command,
     file_info,
     glob_result,
@@ -111,6 +113,10 @@ GREP_LINE_BYTES = 1000
 
 class SandboxOperations(SandboxCore):
     """The operations of :class:`~sandbox_sdk.BaseSandbox`, one declaration each."""
+
+    #: ``grep`` may take GNU grep's raw output: ``False`` once this sandbox's
+    #: provider was seen dropping bytes that are not UTF-8 from an output.
+    _grep_output_kept: bool = True
 
     # -- run / start / processes ---------------------------------------------------
 
@@ -350,9 +356,10 @@ class SandboxOperations(SandboxCore):
         encoded = _pattern(pattern)
         if glob is not None and not isinstance(glob, str):
             raise errors.InvalidArgumentError("glob must be a str or None")
+        root = check_path("." if path is None else path)
         args = {
             "pattern": encoded,
-            "path": check_path("." if path is None else path),
+            "path": root,
             "glob": None if glob is None else protocol.encode_path(glob),
             "fixed_strings": check_flag("fixed_strings", fixed_strings),
             "ignore_case": check_flag("ignore_case", ignore_case),
@@ -360,7 +367,17 @@ class SandboxOperations(SandboxCore):
             "max_line_bytes": GREP_LINE_BYTES,
             "budget": self._result_budget(),
         }
-        value, _ = yield from GREP(args, what=f"grep {pattern!r}")
+        script = GREP(args, what=f"grep {pattern!r}")
+        # GNU grep without an interpreter where it finds what the script would
+        # (docs/protocol.md, "grep"); the script otherwise, or if it must
+        # search after all (in the same round trip where the sandbox can tell)
+        raw = (os.fsencode(pattern), base64.b64decode(root), None if glob is None else os.fsencode(glob))
+        if fixed_strings and not ignore_case and self._grep_output_kept and ShellGrepCall.takes(*raw):
+            shell = yield from ShellGrepCall(script, script.what)
+            self._grep_output_kept = shell.bytes_kept
+            if shell.value is not None:
+                return grep_result(shell.value)
+        value, _ = yield from script
         return grep_result(value)
 
     # -- delete / mkdir ------------------------------------------------------------------

@@ -134,7 +134,10 @@ class GrepResult(_Model):
     matches: list[GrepMatch]
     truncated: bool = Field(description="the match cap or output budget was reached")
     unreadable: list[str] = Field(default_factory=list, description="files or directories not readable")
-    skipped_binary: int = Field(default=0, description="files not searched because they are binary")
+    skipped_binary: int = Field(
+        default=0,
+        description="binary files (a NUL in the first 8 KiB) that hold a match; their lines are not returned",
+    )
 
 
 TransferError = Literal["file_not_found", "permission_denied", "is_directory", "invalid_path"] | str

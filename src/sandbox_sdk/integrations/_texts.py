@@ -144,5 +144,5 @@ def grep_text(pattern: str, found: GrepResult) -> str:
     more = "[More matches exist: narrow the pattern, the path or the glob.]" if found.truncated else None
     notes = _notes(more, found.unreadable)
     if found.skipped_binary:
-        notes.append(f"[{found.skipped_binary} binary files were not searched.]")
+        notes.append(f"[{found.skipped_binary} binary files hold matches that are not shown.]")
     return "\n".join(lines + notes)

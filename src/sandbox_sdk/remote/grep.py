@@ -1,10 +1,14 @@
 """Find lines by text or regex.
 
-The walk uses ``scandir``, never follows a symlink into a directory (so a
-symlink loop cannot trap it), never opens anything but regular files (so a
-FIFO or a device cannot block it), and reports directories or files it
-could not read instead of silently skipping them. A fixed string is
-searched by GNU grep where the sandbox has it (see ``grep``).
+The walk uses ``scandir`` and follows no symlink below the root (as ``grep
+-r`` and ripgrep do: a symlink loop cannot trap it, a link cannot lead it out
+of the tree), never opens anything but regular files (so a FIFO or a device
+cannot block it), and reports directories or files it could not read instead
+of silently skipping them. A binary file (a NUL in its first 8 KiB) is not
+searched line by line: it is counted in ``skipped_binary`` if it holds a
+match, as GNU grep reports "binary file matches". A fixed string is searched
+by GNU grep where the sandbox has it (see ``grep``); the client runs GNU grep
+without this script first where it can (docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -45,7 +49,9 @@ SNIFF_BYTES = 8192
 def walk_files(root: bytes) -> Iterator[Tuple[bytes, Optional[bytes]]]:
     """(path, path relative to root) of every regular file below ``root``,
     and (path, ``None``) for each directory or entry that could not be read,
-    in walk order."""
+    in walk order: depth first, a directory's files (by name, descending)
+    before its subdirectories (by name, ascending); ``walk_key`` in
+    ``sandbox_sdk._calls`` sorts GNU grep's output into this order."""
     stack = [b""]
     while stack:
         rel = stack.pop()
@@ -60,7 +66,7 @@ def walk_files(root: bytes) -> Iterator[Tuple[bytes, Optional[bytes]]]:
             try:
                 if e.is_dir(follow_symlinks=False):
                     stack.append(child)
-                elif e.is_file(follow_symlinks=True):
+                elif e.is_file(follow_symlinks=False):
                     yield os.path.join(root, child), child
             except OSError:
                 yield os.path.join(root, child), None
@@ -180,10 +186,13 @@ class Search:
         self.skipped_binary = 0
 
     def count(self, path: bytes, kind: int) -> None:
-        if kind == BINARY:
-            self.skipped_binary += 1
-        elif kind == UNREADABLE:
+        if kind == UNREADABLE:
             self.unreadable.append(path)
+
+    def binary_matches(self, raw: bytes) -> bool:
+        """Whether a line of a binary file matches: a NUL ends a line too, as
+        GNU grep reads a binary file."""
+        return any(self.line_matches(part.rstrip(b"\r\n")) for part in raw.split(b"\0"))
 
     def add(self, path: bytes, number: int, raw: bytes) -> bool:
         """Record line ``number`` (``raw``, newline or not) if it matches;
@@ -206,12 +215,15 @@ class Search:
         """Search the files of ``batch`` line by line in Python."""
         for path, is_file in batch:
             kind = classify(path) if is_file else UNREADABLE
-            if kind != TEXT:
+            if kind not in (TEXT, BINARY):
                 self.count(path, kind)
                 continue
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
                 with os.fdopen(fd, "rb") as f:
+                    if kind == BINARY:
+                        self.skipped_binary += any(self.binary_matches(raw) for raw in f)
+                        continue
                     for number, raw in enumerate(f, 1):
                         if not self.add(path, number, raw):
                             return
@@ -278,21 +290,24 @@ class GrepRun:
 
 class Replay:
     """Takes grep's lines into a :class:`Search` in walk order: a line of a
-    text file is checked and added; the binary and unreadable files of the
-    batch are counted as the walk reaches them, so that caps cut the result
-    where the Python search would."""
+    text file is checked and added, a binary file is counted at its first
+    matching line, and the unreadable files of the batch are counted as the
+    walk reaches them, so that caps cut the result where the Python search
+    would."""
 
     def __init__(self, search: Search, kinds: List[Tuple[bytes, int]]) -> None:
         self.search = search
         self.kinds = kinds
         self.next = 0  # the first item not yet reached
         self.current = (b"", OTHER)  # the item whose lines come now
+        self.binary_counted = False  # the current item is a binary file already counted
 
     def reach(self, path: bytes) -> bool:
         """Count the items up to ``path``; ``False`` if it is not further on."""
         while self.next < len(self.kinds):
             self.current = self.kinds[self.next]
             self.next += 1
+            self.binary_counted = False
             self.search.count(*self.current)
             if self.current[0] == path:
                 return True
@@ -324,8 +339,12 @@ class Replay:
                 if colon < 0 or not number.isdigit() or (path != self.current[0] and not self.reach(path)):
                     return False
                 line = buffer[colon + 1 : end]
-                if self.current[1] == TEXT and not self.search.add(path, int(number), line):
+                kind = self.current[1]
+                if kind == TEXT and not self.search.add(path, int(number), line):
                     return True
+                if kind == BINARY and not self.binary_counted and self.search.binary_matches(line):
+                    self.search.skipped_binary += 1
+                    self.binary_counted = True
                 start = end + 1
             buffer = buffer[start:]
         return not buffer and self.finish()

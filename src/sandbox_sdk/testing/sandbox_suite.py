@@ -23,7 +23,9 @@ import contextlib
 import hashlib
 import os
 import posixpath
+import re
 import secrets
+import shlex
 import signal
 import time
 import tracemalloc
@@ -536,6 +538,45 @@ class SandboxConformanceTests(SandboxSuite):
         assert len(long.line) < 5000
         result = sandbox.grep("hit", workdir)
         assert result.skipped_binary == 1
+
+    def test_grep_fixed_string_finds_what_the_walk_finds(
+        self, sandbox: BaseSandbox, workdir: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A fixed string is searched by GNU grep without an interpreter where
+        the sandbox has it (docs/protocol.md, "grep"), else by the script:
+        either way the result is the script's walk's (a regex of the escaped
+        string asks it the same), in one round trip (after a first one, which
+        may learn that the provider drops bytes that are not UTF-8) whose
+        command holds no value of the caller's as text."""
+        root = self.p(workdir, "grep $(x) 'tree'")
+        pattern = "ne'$(x)\"edle"
+        for name in HOSTILE_NAMES:
+            hit = not isinstance(name, bytes)  # a name that is not UTF-8 holds no match
+            path = os.fsencode(root) + b"/sub/" + os.fsencode(name)
+            sandbox.write(path, f"one\r\nat {pattern}\r\n{'x' * 1500}{pattern}\n" if hit else "none\n")
+        sandbox.write(self.p(root, "bin.dat"), b"\0no match")
+        sandbox.write(self.p(root, "z.txt"), f"{pattern}\nlast {pattern}")
+        setup = sandbox.execute(f"cd {shlex.quote(root)} && ln -s z.txt link && ln -s . loop && mkfifo fifo")
+        assert setup.exit_code == 0, setup.output
+        sandbox.grep(pattern, root)
+        commands: list[str] = []
+        execute = sandbox.execute
+
+        def spy(command: str, *, timeout: float | None = None) -> ExecuteResponse:
+            commands.append(command)
+            return execute(command, timeout=timeout)
+
+        monkeypatch.setattr(sandbox, "execute", spy)
+        found = {}
+        for key, options in {"all": {}, "capped": {"max_matches": 3}, "glob": {"glob": "*e*"}}.items():
+            commands.clear()
+            found[key] = sandbox.grep(pattern, root, **options)  # type: ignore[arg-type]
+            assert len(commands) == 1
+            assert not any(value in commands[0] for value in (pattern, root, "'tree'", "*e*"))
+            walk = sandbox.grep(re.escape(pattern), root, fixed_strings=False, **options)  # type: ignore[arg-type]
+            assert found[key] == walk
+        assert len(found["all"].matches) == 2 * len(HOSTILE_NAMES) and found["capped"].truncated
+        assert found["all"].matches[0].path == self.p(root, "z.txt")
 
     def test_grep_errors(self, sandbox: BaseSandbox, workdir: str) -> None:
         with pytest.raises(errors.InvalidArgumentError):
