@@ -166,6 +166,38 @@ def test_use_keeps_a_sandbox_alive_past_its_idle_timeout(
         sandbox.execute("true")
 
 
+@pytest.mark.parametrize("how", ["execute", "stream"])
+def test_a_long_silent_command_keeps_its_sandbox_alive(
+    fake_e2b: FakeE2BServer, provider: E2BProvider, how: str
+) -> None:
+    """E2B's deadline (2 s here) does not move on use, and a command silent for
+    longer makes no request: the handle extends it while the command runs."""
+    sandbox = provider.create(idle_timeout=1)
+    try:
+        command = "sleep 4; echo done"
+        if how == "execute":
+            result = sandbox.execute(command)
+        else:
+            result = sandbox.run(command, on_stdout=lambda _: None)
+        assert (result.output, result.exit_code) == ("done\n", 0)
+        assert ("POST", f"/sandboxes/{sandbox.id}/timeout") in fake_e2b.requests
+    finally:
+        provider.delete(sandbox_id=sandbox.id)
+
+
+async def test_a_long_silent_async_command_keeps_its_sandbox_alive(
+    fake_e2b: FakeE2BServer, provider: E2BProvider
+) -> None:
+    sandbox = await provider.acreate(idle_timeout=1)
+    try:
+        result = await sandbox.arun("sleep 4; echo done", on_stdout=lambda _: None)
+        assert (result.output, result.exit_code) == ("done\n", 0)
+        failed = await sandbox.aexecute("sleep 3; exit 3")  # a non-zero exit comes through as it is
+        assert failed.exit_code == 3
+    finally:
+        await provider.adelete(sandbox_id=sandbox.id)
+
+
 def test_keep_alive_is_one_request_per_interval(fake_e2b: FakeE2BServer, provider: E2BProvider) -> None:
     """An execute is one request (envd's Start); the keep-alive adds one set_timeout
     per interval (a tenth of the idle timeout), none within it."""

@@ -20,11 +20,12 @@ import posixpath
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Generic, TypeVar
 
+import anyio
 from e2b import (
     AsyncCommandHandle,
     AsyncSandbox,
@@ -307,6 +308,10 @@ class SdkCall(NativeRequest, ABC):
     """One call on the E2B SDK, made alike on the sync ``Sandbox`` (which returns
     its result) and the ``AsyncSandbox`` (which returns an awaitable of it)."""
 
+    #: The call waits on a running command (its end, or its next output) for
+    #: as long as the command takes: the keep-alive goes on meanwhile.
+    waits_on_command = False
+
     @abstractmethod
     def call(self, sdk: Sandbox | AsyncSandbox) -> Any:
         """Make the call on ``sdk``."""
@@ -348,6 +353,7 @@ class StartCommand(SdkCall):
 class WaitCommand(SdkCall):
     """Wait for a started command to end."""
 
+    waits_on_command = True
     run: _CommandRun
     handle: CommandHandle | AsyncCommandHandle
 
@@ -480,6 +486,7 @@ def _start_errors(cwd: str | None) -> Iterator[None]:
 class NextPiece(SdkCall):
     """The next piece of a streamed command's output, or its end."""
 
+    waits_on_command = True
     feed: _Feed
 
     def call(self, sdk: Sandbox | AsyncSandbox) -> Any:
@@ -724,20 +731,75 @@ class E2BSandbox(BaseSandbox):
     def _perform(self, request: Any) -> Any:
         if not isinstance(request, SdkCall):
             return super()._perform(request)
-        if (extension := self._extension()) is not None:
-            with self._extending(extension):
-                extension.call(self.sdk_sandbox)
-        with request.errors():
+        self._extend_if_due()
+        with request.errors(), self._kept_alive(request):
             return request.call(self.sdk_sandbox)
 
     async def _aperform(self, request: Any) -> Any:
         if not isinstance(request, SdkCall):
             return await super()._aperform(request)
+        await self._aextend_if_due()
+        with request.errors():
+            if not (request.waits_on_command and self.lifetime is not None):
+                return await request.call(self.sdk_async_sandbox)
+            return await self._akept_alive(request.call(self.sdk_async_sandbox))
+
+    def _extend_if_due(self) -> None:
+        if (extension := self._extension()) is not None:
+            with self._extending(extension):
+                extension.call(self.sdk_sandbox)
+
+    async def _aextend_if_due(self) -> None:
         if (extension := self._extension()) is not None:
             with self._extending(extension):
                 await extension.call(self.sdk_async_sandbox)
-        with request.errors():
-            return await request.call(self.sdk_async_sandbox)
+
+    @contextlib.contextmanager
+    def _kept_alive(self, request: SdkCall) -> Iterator[None]:
+        """While ``request`` waits on a running command, a thread extends the
+        deadline when due: E2B's deadline does not move on use, so without it a
+        command silent for longer than the idle timeout would be killed with
+        its sandbox."""
+        if not (request.waits_on_command and self.lifetime is not None):
+            yield
+            return
+        stop = threading.Event()
+        ticker = threading.Thread(target=self._tick, args=(stop,), name="e2b-keep-alive", daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            ticker.join()
+
+    def _tick(self, stop: threading.Event) -> None:
+        assert self.lifetime is not None
+        while not stop.wait(self.lifetime.interval):
+            with contextlib.suppress(errors.SandboxError):  # the waiting call reports a lost sandbox
+                self._extend_if_due()
+
+    async def _akept_alive(self, waiting: Awaitable[R]) -> R:
+        """``_kept_alive`` for the async SDK: a task extends the deadline while
+        ``waiting`` runs. Its error is raised as it is, not in a group."""
+        failure: Exception | None = None
+        async with anyio.create_task_group() as ticker:
+            ticker.start_soon(self._atick)
+            try:
+                result = await waiting
+            except Exception as exc:  # noqa: BLE001 - raised below, outside the task group
+                failure = exc
+            finally:
+                ticker.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return result
+
+    async def _atick(self) -> None:
+        assert self.lifetime is not None
+        while True:
+            await anyio.sleep(self.lifetime.interval)
+            with contextlib.suppress(errors.SandboxError):
+                await self._aextend_if_due()
 
     # -- execute ------------------------------------------------------------------------------------
 
