@@ -4,14 +4,21 @@ and ``yield from`` hands the decoded reply back to the operation."""
 from __future__ import annotations
 
 import importlib
+import os
+import pickle
+import random
+import stat
+import zlib
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from sandbox_sdk import _calls, _kernel, errors, protocol
 from sandbox_sdk._calls import LS, READ_CHUNK, RUN, Call, Script
-from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.models import ExecuteResponse, FileInfo
 from sandbox_sdk.remote import _runtime
 
 SCRIPTS = {name: value for name, value in vars(_calls).items() if isinstance(value, Script)}
@@ -111,3 +118,88 @@ def test_the_client_reads_the_frame_marker_from_the_runtime() -> None:
 @pytest.mark.parametrize("module", sorted(set(protocol.modules_by_op().values())))
 def test_reply_declarations_are_not_shipped(module: str) -> None:
     assert "TypedDict" not in protocol.shipped_source(module)
+
+
+def listed(paths: list[bytes]) -> list[FileInfo]:
+    """The script's listing of ``paths`` decoded by the client."""
+    return _calls.listing(_runtime.listing([(path, os.lstat(path)) for path in paths]))
+
+
+def validated(path: bytes) -> FileInfo:
+    st = os.lstat(path)
+    kind = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink"}.get(
+        stat.S_IFMT(st.st_mode), "other"
+    )
+    text = os.fsdecode(path)
+    return FileInfo.model_validate(
+        {"path": text, "name": os.path.basename(text), "type": kind, "size": st.st_size, "mtime": st.st_mtime,
+         "mode": stat.S_IMODE(st.st_mode)}
+    )  # fmt: skip
+
+
+def test_a_listing_decodes_to_entries_that_behave_as_validated_ones(tmp_path: Path) -> None:
+    """Entries are built without pydantic's validation: every behaviour of
+    the model (equality, hash, repr, dump, fields set, copy, pickle) is that
+    of a validated one."""
+    root = bytes(tmp_path)
+    paths = [os.path.join(root, name) for name in (b"f.txt", b"bad-\xff", b"dir", b"link", b"fifo")]
+    Path(os.fsdecode(paths[0])).write_bytes(b"12345")
+    Path(os.fsdecode(paths[1])).write_bytes(b"")
+    os.mkdir(paths[2], 0o751)
+    os.symlink(b"f.txt", paths[3])
+    os.mkfifo(paths[4])
+    for fast, slow in zip(listed(paths), [validated(p) for p in paths], strict=True):
+        assert (fast, hash(fast), repr(fast), fast.model_dump()) == (
+            slow,
+            hash(slow),
+            repr(slow),
+            slow.model_dump(),
+        )
+        assert (
+            fast.model_fields_set == slow.model_fields_set
+            and fast.model_fields_set is not slow.model_fields_set
+        )
+        assert pickle.loads(pickle.dumps(fast)) == slow
+        assert fast.model_copy(update={"size": 7}) == slow.model_copy(update={"size": 7})
+        assert FileInfo.model_validate(fast.model_dump()) == fast
+        with pytest.raises(ValidationError):
+            fast.size = 1  # frozen, as a validated one
+    assert listed([]) == []
+
+
+def test_a_listing_carries_mtime_exactly(tmp_path: Path) -> None:
+    """``st_mtime_ns`` travels; the client computes ``st_mtime`` from it as
+    CPython does, to the last bit, before and after the epoch."""
+    path = bytes(tmp_path / "f")
+    Path(os.fsdecode(path)).touch()
+    rng = random.Random(3)
+    for ns in [
+        0,
+        1,
+        -1,
+        10**9 - 1,
+        -(10**9) + 1,
+        *(rng.randrange(-(4 * 10**18), 4 * 10**18) for _ in range(200)),
+    ]:
+        os.utime(path, ns=(ns, ns))
+        assert listed([path])[0].mtime == os.lstat(path).st_mtime
+
+
+@pytest.mark.parametrize(
+    "packed",
+    [
+        b"not zlib",
+        zlib.compress(b'{"sizes":[1],"mtimes":[1],"modes":[1]}'),  # no paths line
+        zlib.compress(b'{"sizes":[1,2],"mtimes":[1,2],"modes":[1,2]}\na'),  # fewer paths than sizes
+        zlib.compress(b'{"sizes":["1"],"mtimes":[1],"modes":[1]}\na'),
+        zlib.compress(b'{"sizes":[1.5],"mtimes":[1],"modes":[1]}\na'),
+        zlib.compress(b'{"sizes":[true],"mtimes":[1],"modes":[1]}\na'),
+        zlib.compress(b'{"sizes":[1],"mtimes":[null],"modes":[1]}\na'),
+        zlib.compress(b'{"sizes":[1],"mtimes":[1]}\na'),
+        zlib.compress(b"[1]\na"),
+        zlib.compress(b'{"sizes":1,"mtimes":[1],"modes":[1]}\na'),
+    ],
+)
+def test_a_malformed_listing_is_a_runtime_error(packed: bytes) -> None:
+    with pytest.raises(errors.SandboxRuntimeError, match="malformed listing"):
+        _calls.listing(packed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import sys
 
@@ -41,6 +42,21 @@ def test_glob_translation(pattern: bytes, matching: list[bytes], not_matching: l
     regex = _runtime.compile_glob(pattern)
     assert all(regex.match(m) for m in matching)
     assert not any(regex.match(m) for m in not_matching)
+
+
+def test_a_segment_is_matched_as_its_regex_matches_it() -> None:
+    """``name_matcher`` matches a star-only segment without ``re``; on every
+    segment of up to five of ``a``, ``b`` and ``*`` and every name of up to
+    five letters (and a few odd bytes) it answers as ``compile_glob`` does."""
+
+    def words(letters: list[bytes], longest: int) -> list[bytes]:
+        return [b"".join(w) for n in range(longest + 1) for w in itertools.product(letters, repeat=n)]
+
+    names = [*words([b"a", b"b"], 5), b".a", b"a\xff", b"{a}", b"\\a", b"*", b"a*b"]
+    segments = [*words([b"a", b"b", b"*"], 5)[1:], b".*", b"*\xff", b"{a}*", b"\\*", b"?a*", b"[ab]*"]
+    for segment in segments:
+        regex, matcher = _runtime.compile_glob(segment), _runtime.name_matcher(segment)
+        assert [bool(matcher(n)) for n in names] == [bool(regex.match(n)) for n in names], segment
 
 
 def test_cut_utf8_never_splits_a_character() -> None:

@@ -24,6 +24,7 @@ import json
 import posixpath
 import secrets
 import shlex
+import sys
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Mapping, Sequence
@@ -423,32 +424,88 @@ FORGET: Script[Empty] = Script("forget")
 
 # -- replies decoded into results ------------------------------------------------------
 
-#: The letters of a listing's ``types`` column (remote/_runtime.py, TYPE_LETTERS).
-FILE_TYPES: dict[str, FileType] = {"f": "file", "d": "dir", "s": "symlink", "o": "other"}
+#: A listing's file types, by the type bits of ``st_mode`` (the same on
+#: every POSIX system: remote/_runtime.py, ``file_type``).
+FILE_TYPES: dict[int, FileType] = {0o100000: "file", 0o040000: "dir", 0o120000: "symlink"}
+#: ``st_mode``'s file type bits (``stat.S_IFMT``).
+TYPE_BITS = 0o170000
+NANOSECONDS = 1_000_000_000
+#: How ``os.fsdecode`` decodes a path.
+FS_ENCODING, FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+FILE_INFO_FIELDS = frozenset(FileInfo.model_fields)
 
 
-def _info(path: str, type_: FileType, size: int, mtime: float, mode: int) -> FileInfo:
-    name = posixpath.basename(path.rstrip("/")) or path
-    return FileInfo(path=path, name=name, type=type_, size=size, mtime=mtime, mode=mode)
+def _name(path: str) -> str:
+    return posixpath.basename(path.rstrip("/")) or path
 
 
 def file_info(item: Entry) -> FileInfo:
     """A :class:`~sandbox_sdk.models.FileInfo` from a script's entry (``stat``)."""
     path = protocol.decode_path(item["path"])
-    return _info(path, item["type"], item["size"], item["mtime"], item["mode"])
+    return FileInfo(
+        path=path,
+        name=_name(path),
+        type=item["type"],
+        size=item["size"],
+        mtime=item["mtime"],
+        mode=item["mode"],
+    )
+
+
+def _integers(column: object) -> list[int]:
+    if type(column) is not list or not all(type(item) is int for item in column):
+        raise ValueError("a column of integers expected")
+    return column
+
+
+def _trusted_file_info(values: dict[str, Any]) -> FileInfo:
+    """What ``FileInfo.model_construct(**values)`` builds from values of the
+    fields' own types, at a fifth of its cost (and of validation's):
+    pydantic's validation of 10,000 entries took longer than the walk that
+    found them. ``FileInfo`` has no aliases, defaults, extras, private
+    attributes or post-init hook for ``model_construct`` to handle."""
+    info = object.__new__(FileInfo)
+    object.__setattr__(info, "__dict__", values)
+    object.__setattr__(info, "__pydantic_fields_set__", set(FILE_INFO_FIELDS))
+    object.__setattr__(info, "__pydantic_extra__", None)
+    object.__setattr__(info, "__pydantic_private__", None)
+    return info
 
 
 def listing(packed: Blob) -> list[FileInfo]:
-    """The entries of a listing (``ls``, ``glob``): zlib-compressed JSON
-    columns, a path given as its base64 only where it is not valid UTF-8."""
+    """The entries of a listing (``ls``, ``glob``; remote/_runtime.py,
+    ``listing``): zlib-compressed JSON columns, then the paths separated by
+    NULs, decoded at once as ``os.fsdecode`` decodes each (a NUL is one byte
+    in every encoding it may use). ``mtime`` is ``st_mtime`` as CPython
+    computes it from the seconds and nanoseconds (``sec + nsec * 1e-9``).
+    Every column is checked to be of its field's type, so the entries are
+    built without pydantic's validation."""
     try:
-        columns = json.loads(zlib.decompress(packed))
-        paths = [p if isinstance(p, str) else protocol.decode_path(p[0]) for p in columns["paths"]]
-        types = [FILE_TYPES[letter] for letter in columns["types"]]
-        rows = zip(paths, types, columns["sizes"], columns["mtimes"], columns["modes"], strict=True)
-        return [_info(*row) for row in rows]
-    except (zlib.error, ValueError, KeyError, TypeError, IndexError) as exc:
+        head, newline, names = zlib.decompress(packed).partition(b"\n")
+        if not newline:
+            raise ValueError("no line of paths")
+        columns = json.loads(head)
+        sizes, mtimes, modes = (_integers(columns[key]) for key in ("sizes", "mtimes", "modes"))
+        paths = names.decode(FS_ENCODING, FS_ERRORS).split("\0") if sizes else []
+        if not len(paths) == len(mtimes) == len(modes) == len(sizes):
+            raise ValueError("columns of different lengths")
+    except (zlib.error, ValueError, KeyError, TypeError) as exc:
         raise errors.SandboxRuntimeError(f"malformed listing from the sandbox: {exc!r}") from None
+    return [
+        _trusted_file_info(
+            {
+                "path": path,
+                "name": path.rpartition("/")[2] or _name(path),
+                "type": FILE_TYPES.get(mode & TYPE_BITS, "other"),
+                "size": size,
+                "mtime": seconds + nanoseconds * 1e-9,
+                "mode": mode & 0o7777,
+            }
+        )
+        for path, size, (seconds, nanoseconds), mode in zip(
+            paths, sizes, [divmod(ns, NANOSECONDS) for ns in mtimes], modes, strict=True
+        )
+    ]
 
 
 def glob_result(value: GlobReply, blobs: list[Blob]) -> GlobResult:

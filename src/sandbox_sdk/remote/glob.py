@@ -13,15 +13,15 @@ from sandbox_sdk.remote._runtime import (
     TYPE_CHECKING,
     Fail,
     b64,
-    compile_glob,
     expand_braces,
     fitted_listing,
+    name_matcher,
     path_arg,
     unb64,
 )
 
 if TYPE_CHECKING:
-    from typing import Dict, List, Pattern, Set, Tuple, TypedDict
+    from typing import Any, Callable, Dict, List, Set, Tuple, TypedDict
 
     from sandbox_sdk.remote._runtime import Args, Blobs
 
@@ -43,16 +43,13 @@ class Walker:
         self.root = root
         self.prefix = root if root.endswith(b"/") else root + b"/"  # root + prefix = os.path.join
         self.listed: Dict[bytes, List[Tuple[bytes, bool]]] = {}  # ``**/x`` lists a directory twice
-        self.regexes: Dict[bytes, Pattern[bytes]] = {}
+        self.matchers: Dict[bytes, Callable[[bytes], Any]] = {}
         self.include_hidden = include_hidden
         self.limit = limit
         self.found: Set[bytes] = set()
         self.unreadable: Set[bytes] = set()
         self.truncated = False
         self.dirs_only = False  # the pattern being matched ends with ``/``
-
-    def full(self) -> bool:
-        return len(self.found) >= self.limit
 
     def path(self, rel: bytes) -> bytes:
         """``os.path.join(root, rel)``, without its cost per entry (``rel``
@@ -70,21 +67,34 @@ class Walker:
         try:
             with os.scandir(self.path(rel)) as it:
                 return [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-        except NotADirectoryError:
+        except (NotADirectoryError, FileNotFoundError):  # not a directory, a dangling symlink, gone
             return []
         except OSError:
             self.unreadable.add(rel or b".")
             return []
 
-    def regex(self, segment: bytes) -> Pattern[bytes]:
-        regex = self.regexes.get(segment)
-        if regex is None:
-            regex = self.regexes[segment] = compile_glob(segment)
-        return regex
+    def matcher(self, segment: bytes) -> Callable[[bytes], Any]:
+        matcher = self.matchers.get(segment)
+        if matcher is None:
+            matcher = self.matchers[segment] = name_matcher(segment)
+        return matcher
 
     def add(self, rel: bytes) -> None:
-        if not self.dirs_only or os.path.isdir(self.path(rel)):
+        """Count a match; one more than the limit ends the walk as ``truncated``."""
+        if self.dirs_only and not os.path.isdir(self.path(rel)):
+            return
+        if len(self.found) < self.limit:
             self.found.add(rel)
+        elif rel not in self.found:
+            self.truncated = True
+
+    def add_all(self, rels: List[bytes]) -> None:
+        """``add`` each, at once where they all fit."""
+        if not self.dirs_only and len(self.found) + len(rels) <= self.limit:
+            self.found.update(rels)
+        else:
+            for rel in rels:
+                self.add(rel)
 
     def exists(self, rel: bytes) -> bool:
         """Whether ``rel`` is there; a parent that cannot be searched is reported."""
@@ -97,40 +107,48 @@ class Walker:
             return False
         return True
 
-    def visible(self, name: bytes, segment: bytes) -> bool:
-        return self.include_hidden or not name.startswith(b".") or segment.startswith(b".")
-
     def match(self, rel: bytes, segments: List[bytes]) -> None:
-        if self.full():
-            self.truncated = True
+        """Add what below ``rel`` matches ``segments``. A name starting with
+        a dot matches only with ``include_hidden`` or a segment that starts
+        with one. Each directory's entries are filtered by one comprehension:
+        these run once per entry of the tree."""
+        if self.truncated:
             return
         if not segments:
             if rel:
                 self.add(rel)
             return
         segment, rest = segments[0], segments[1:]
+        prefix = rel + b"/" if rel else b""
         if segment == b"**":
             # ``**`` spans zero or more directories; a trailing one matches
             # everything inside (not the directory itself), as in gitignore.
             if rest:
                 self.match(rel, rest)
-            for name, is_dir in self.children(rel):
-                if not self.visible(name, b""):
-                    continue
-                child = rel + b"/" + name if rel else name
-                if not rest:
-                    self.add(child)
-                if is_dir:
-                    self.match(child, segments)
+            hidden = self.include_hidden
+            listed = self.children(rel)
+            if not rest:
+                self.add_all([prefix + name for name, _ in listed if hidden or name[:1] != b"."])
+            for child in [
+                prefix + name for name, is_dir in listed if is_dir and (hidden or name[:1] != b".")
+            ]:
+                self.match(child, segments)
         elif not any(ch in MAGIC for ch in segment):
-            child = rel + b"/" + segment if rel else segment
-            if self.exists(child):
-                self.match(child, rest)
+            if self.exists(prefix + segment):
+                self.match(prefix + segment, rest)
         else:
-            regex = self.regex(segment)
-            for name, _ in self.children(rel):
-                if regex.match(name) and self.visible(name, segment):
-                    self.match(rel + b"/" + name if rel else name, rest)
+            matches = self.matcher(segment)
+            hidden = self.include_hidden or segment[:1] == b"."
+            found = [
+                prefix + name
+                for name, _ in self.children(rel)
+                if matches(name) and (hidden or name[:1] != b".")
+            ]
+            if not rest:
+                self.add_all(found)
+            else:
+                for child in found:
+                    self.match(child, rest)
 
 
 def glob(args: Args, blobs: Blobs) -> Tuple[GlobReply, Blobs]:
@@ -146,10 +164,11 @@ def glob(args: Args, blobs: Blobs) -> Tuple[GlobReply, Blobs]:
         walker.dirs_only = variant.endswith(b"/")
         walker.match(b"", [s for s in variant.split(b"/") if s and s != b"."])
     items = []
+    relative, prefix = args["relative"], walker.prefix
     for rel in sorted(walker.found):
-        full = walker.path(rel)
+        full = prefix + rel  # a match is never the root itself
         try:
-            items.append((rel if args["relative"] else full, os.lstat(full)))
+            items.append((rel if relative else full, os.lstat(full)))
         except FileNotFoundError:
             continue  # gone since the walk
         except OSError:  # listed, but its directory cannot be searched (mode 0666)
