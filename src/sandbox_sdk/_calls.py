@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import gc
 import json
 import posixpath
 import secrets
@@ -432,7 +433,10 @@ TYPE_BITS = 0o170000
 NANOSECONDS = 1_000_000_000
 #: How ``os.fsdecode`` decodes a path.
 FS_ENCODING, FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
-FILE_INFO_FIELDS = frozenset(FileInfo.model_fields)
+#: The fields set of every listed entry (all of them): one set for all,
+#: as each set is an object the garbage collector tracks, and no pydantic
+#: path changes it on a frozen model (``model_copy`` copies it first).
+FILE_INFO_FIELDS = set(FileInfo.model_fields)
 
 
 def _name(path: str) -> str:
@@ -466,7 +470,7 @@ def _trusted_file_info(values: dict[str, Any]) -> FileInfo:
     attributes or post-init hook for ``model_construct`` to handle."""
     info = object.__new__(FileInfo)
     object.__setattr__(info, "__dict__", values)
-    object.__setattr__(info, "__pydantic_fields_set__", set(FILE_INFO_FIELDS))
+    object.__setattr__(info, "__pydantic_fields_set__", FILE_INFO_FIELDS)
     object.__setattr__(info, "__pydantic_extra__", None)
     object.__setattr__(info, "__pydantic_private__", None)
     return info
@@ -479,7 +483,14 @@ def listing(packed: Blob) -> list[FileInfo]:
     in every encoding it may use). ``mtime`` is ``st_mtime`` as CPython
     computes it from the seconds and nanoseconds (``sec + nsec * 1e-9``).
     Every column is checked to be of its field's type, so the entries are
-    built without pydantic's validation."""
+    built without pydantic's validation.
+
+    The garbage collector is paused while they are built, as CPython's own
+    ``subprocess`` paused it around a fork: each entry is an object it
+    tracks, and 10,000 of them at once were promoted to its oldest
+    generation, so that every few listings paid a full collection (~100 ms
+    in a process with LangChain loaded). Entries dropped soon are now freed
+    before any collection sees them."""
     try:
         head, newline, names = zlib.decompress(packed).partition(b"\n")
         if not newline:
@@ -491,21 +502,27 @@ def listing(packed: Blob) -> list[FileInfo]:
             raise ValueError("columns of different lengths")
     except (zlib.error, ValueError, KeyError, TypeError) as exc:
         raise errors.SandboxRuntimeError(f"malformed listing from the sandbox: {exc!r}") from None
-    return [
-        _trusted_file_info(
-            {
-                "path": path,
-                "name": path.rpartition("/")[2] or _name(path),
-                "type": FILE_TYPES.get(mode & TYPE_BITS, "other"),
-                "size": size,
-                "mtime": seconds + nanoseconds * 1e-9,
-                "mode": mode & 0o7777,
-            }
-        )
-        for path, size, (seconds, nanoseconds), mode in zip(
-            paths, sizes, [divmod(ns, NANOSECONDS) for ns in mtimes], modes, strict=True
-        )
-    ]
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return [
+            _trusted_file_info(
+                {
+                    "path": path,
+                    "name": path.rpartition("/")[2] or _name(path),
+                    "type": FILE_TYPES.get(mode & TYPE_BITS, "other"),
+                    "size": size,
+                    "mtime": seconds + nanoseconds * 1e-9,
+                    "mode": mode & 0o7777,
+                }
+            )
+            for path, size, (seconds, nanoseconds), mode in zip(
+                paths, sizes, [divmod(ns, NANOSECONDS) for ns in mtimes], modes, strict=True
+            )
+        ]
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def glob_result(value: GlobReply, blobs: list[Blob]) -> GlobResult:
