@@ -60,7 +60,6 @@ def make_tree(tree: Path) -> None:
     """Names and contents that the shell path searches itself."""
     names = [
         "plain.txt",
-        "a\nb.txt",
         "colon:7:x.txt",
         "-e",
         "--",
@@ -132,6 +131,7 @@ def sandboxes(tmp_path: Path, root: Path) -> dict[str, Counting]:
         scripts = {"python3": f'#!/bin/sh\necho run >> "{tmp_path}/python-runs"\nexec {PYTHON3} "$@"\n'}
         if grep is not None:
             scripts["grep"] = grep(tmp_path / "grep-runs")
+        (folder / "sed").symlink_to(shutil.which("sed") or "/bin/sed")
         if DROP_ROOT_READ:
             scripts["bash"] = f'#!/bin/sh\nexec {DROP_ROOT_READ}{shutil.which("bash")} "$@"\n'
         else:
@@ -182,9 +182,25 @@ def test_every_way_finds_the_same(
     assert len(sandboxes["shell"].calls) == 1
 
 
-#: The cases GNU grep alone answers: the others (a pattern of two lines or
-#: ending in CR, a glob with a ``/`` or braces) are the script's.
-SHELL_CASES = CASES[:6] + CASES[8:14]
+#: The cases GNU grep alone answers. In the others the script takes over:
+#: more matches than the cap (it stops there in walk order), a pattern of
+#: two lines or ending in CR, a glob with a ``/`` or braces.
+SHELL_CASES = [
+    case
+    for case in CASES
+    if case.id
+    in {
+        "literal",
+        "glob-filter",
+        "glob-question-mark",
+        "colon",
+        "shell-syntax",
+        "option-like",
+        "quotes",
+        "long-line",
+        "unicode",
+    }
+]
 
 
 @pytest.mark.parametrize(("pattern", "options"), SHELL_CASES)
@@ -222,7 +238,6 @@ def test_the_result_is_what_the_walk_finds(sandboxes: dict[str, Counting]) -> No
         "late-nul.txt",
         "cr-only.txt",
         "colon:7:x.txt",
-        "a\nb.txt",
         ".hidden.py",
         "-e",
         "--",
@@ -243,9 +258,12 @@ def test_caps_cut_where_the_walk_would(sandboxes: dict[str, Counting]) -> None:
 def test_the_output_budget_cuts_where_the_walk_would(root: Path) -> None:
     """A small ``max_output_bytes``: grep's raw output is cut by the provider,
     the script searches again within its budget."""
+    for i in range(30):
+        (root / "wide" / f"f{i}.txt").parent.mkdir(exist_ok=True)
+        (root / "wide" / f"f{i}.txt").write_text(f"{NEEDLE} {'x' * 2000}\n")
     small = {name: Counting(root, max_output_bytes=20_000) for name in ("shell", "walk")}
-    shell = small["shell"].grep(NEEDLE, "tree")
-    walk = small["walk"].grep(NEEDLE, "tree", fixed_strings=False)
+    shell = small["shell"].grep(NEEDLE, "wide")
+    walk = small["walk"].grep(NEEDLE, "wide", fixed_strings=False)
     assert shell.truncated and shell == walk
     assert [response.truncated for _, response in small["shell"].calls] == [True, False]
 
@@ -282,6 +300,12 @@ def make_unreadable_file(tree: Path) -> None:
     (tree / "sub" / "locked.txt").chmod(0)
 
 
+def make_newline_name(tree: Path) -> None:
+    """A name's newline makes a line with no NUL in grep's output, as its
+    messages are: the script takes over."""
+    (tree / "a\nb.txt").write_text(NEEDLE)
+
+
 def make_undecodable_name(tree: Path) -> None:
     (tree / os.fsdecode(b"hit-\xff.txt")).write_text(NEEDLE)
 
@@ -293,6 +317,7 @@ TRIGGERS = [
     pytest.param(make_late_match, 1, id="match-past-late-nul"),
     pytest.param(make_unreadable_dir, 1, id="unreadable-dir"),
     pytest.param(make_unreadable_file, 1, id="unreadable-file"),
+    pytest.param(make_newline_name, 1, id="name-with-newline"),
     # the local provider replaces bytes that are not UTF-8 (as the provider
     # contract says): the client sees it and asks the script
     pytest.param(make_undecodable_name, 2, id="name-not-utf8"),
@@ -340,7 +365,7 @@ def test_no_value_is_in_the_command(sandboxes: dict[str, Counting], root: Path) 
 def test_without_python3_gnu_grep_still_searches(root: Path, tmp_path: Path) -> None:
     folder = tmp_path / "bin-bare"
     folder.mkdir()
-    for program in ("bash", "grep"):
+    for program in ("bash", "grep", "sed"):
         (folder / program).symlink_to(shutil.which(program) or program)
     found = LocalSandbox(root, env={"PATH": str(folder)}).grep(NEEDLE, "tree")
     assert len(found.matches) > 10
@@ -373,3 +398,18 @@ def test_a_long_pattern_is_the_scripts(sandboxes: dict[str, Counting], tmp_path:
     assert [m.path for m in found.matches] == ["tree/long.txt"] and len(sandboxes["shell"].calls) == 1
     assert runs(tmp_path, "grep") == [] or runs(tmp_path, "grep")[0].split()[0] != "-r"
     assert runs(tmp_path, "python") == ["run"]
+
+
+def test_past_the_cap_grep_stops_early(root: Path) -> None:
+    """More matching lines than ``max_matches``: sed stops GNU grep at the cap
+    and the script, which stops there too in walk order, answers in the same
+    round trip; the output stays far below what grep alone would print."""
+    many = root / "many"
+    for i in range(200):
+        (many / f"d{i % 10}").mkdir(parents=True, exist_ok=True)
+        (many / f"d{i % 10}" / f"f{i}.txt").write_text(f"{NEEDLE} {'x' * 80}\n" * 20)
+    shell, walk = Counting(root), Counting(root)
+    found = shell.grep(NEEDLE, "many", max_matches=10)
+    assert found == walk.grep(NEEDLE, "many", max_matches=10, fixed_strings=False) and found.truncated
+    assert len(shell.calls) == 1 and "@@SANDBOX_SDK_GREP_FALLBACK" in shell.calls[0][1].output
+    assert len(shell.calls[0][1].output) < 20_000  # all 4,000 lines would be over 400 KB
