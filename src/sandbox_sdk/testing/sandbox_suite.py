@@ -547,7 +547,8 @@ class SandboxConformanceTests(SandboxSuite):
         either way the result is the script's walk's (a regex of the escaped
         string asks it the same), in one round trip (after a first one, which
         may learn that the provider drops bytes that are not UTF-8) whose
-        command holds no value of the caller's as text."""
+        command holds no value of the caller's as text; and so when the
+        script takes over, as it does for a binary file that matches."""
         root = self.p(workdir, "grep $(x) 'tree'")
         pattern = "ne'$(x)\"edle"
         for name in HOSTILE_NAMES:
@@ -579,6 +580,14 @@ class SandboxConformanceTests(SandboxSuite):
             assert found[key] == walk
         assert len(found["all"].matches) == 2 * (len(HOSTILE_NAMES) - 1) and found["capped"].truncated
         assert found["all"].matches[0].path == self.p(root, "z.txt")
+        # a binary file that matches: GNU grep hands over to the script (which
+        # runs GNU grep itself where it can), in the same round trip
+        sandbox.write(self.p(root, "sub", "hit.bin"), b"\0" + pattern.encode())
+        commands.clear()
+        handed = sandbox.grep(pattern, root)
+        assert len(commands) == 1 and handed.skipped_binary == 1
+        assert handed == sandbox.grep(re.escape(pattern), root, fixed_strings=False)
+        assert handed.matches == found["all"].matches
 
     def test_grep_errors(self, sandbox: BaseSandbox, workdir: str) -> None:
         with pytest.raises(errors.InvalidArgumentError):
