@@ -465,7 +465,7 @@ def file_info(item: Entry) -> FileInfo:
 
 
 def _integers(column: object) -> list[int]:
-    if type(column) is not list or not all(type(item) is int for item in column):
+    if type(column) is not list or not set(map(type, column)) <= {int}:  # not bool: a subclass
         raise ValueError("a column of integers expected")
     return column
 
