@@ -413,3 +413,11 @@ def test_past_the_cap_grep_stops_early(root: Path) -> None:
     assert found == walk.grep(NEEDLE, "many", max_matches=10, fixed_strings=False) and found.truncated
     assert len(shell.calls) == 1 and "@@SANDBOX_SDK_GREP_FALLBACK" in shell.calls[0][1].output
     assert len(shell.calls[0][1].output) < 20_000  # all 4,000 lines would be over 400 KB
+
+
+def test_a_root_named_dash_is_searched_not_read_from_stdin(root: Path) -> None:
+    """grep reads its standard input for a file operand ``-``, even after ``--``."""
+    (root / "-").mkdir()
+    (root / "-" / "f.txt").write_text(NEEDLE)
+    found = LocalSandbox(root).grep(NEEDLE, "-")
+    assert [m.path for m in found.matches] == ["-/f.txt"]

@@ -277,7 +277,8 @@ class ShellGrepCall(Call[ShellReply]):
         pattern that is UTF-8 (a byte match is then a text match), one line,
         not ending in CR (the script strips a line's CRs before matching); a
         glob of a name with no class, brace, escape or ``/`` (fnmatch reads
-        those otherwise); and values small enough to be escaped beside the
+        those otherwise); a root other than ``-`` (grep's standard input,
+        even after ``--``); and values small enough to be escaped beside the
         script in one command."""
         try:
             pattern.decode("utf-8")
@@ -285,7 +286,8 @@ class ShellGrepCall(Call[ShellReply]):
             return False
         plain_glob = glob is None or not any(c in glob for c in b"/[]{}\\")
         small = len(pattern) + len(root) + len(glob or b"") <= SHELL_GREP_VALUE_BYTES
-        return b"\n" not in pattern and not pattern.endswith(b"\r") and plain_glob and small
+        one_line = b"\n" not in pattern and not pattern.endswith(b"\r")
+        return one_line and plain_glob and small and root != b"-"
 
     def _raw(self, key: str) -> bytes | None:
         value = self.script.args[key]
