@@ -1,19 +1,24 @@
 """What isolation costs: one ``execute("true")`` under bubblewrap against the
 unisolated local provider, measured in the same run on the same machine.
 
-Run: ``.venv/bin/python -m benchmarks.execute_overhead [rounds]``. The two
-providers alternate round by round, so drift in machine load hits both
-alike. A bwrap command goes to its sandbox's long-lived jail (a connection
+Run: ``.venv/bin/python -m benchmarks.execute_overhead [rounds]``. Each
+round runs every operation on both providers in turn, so drift in machine
+load hits them all alike. A bwrap command goes to its sandbox's long-lived jail (a connection
 to the jail's server, which starts ``bash``); starting the jail, paid once
 per sandbox, is timed separately (``create()``, whose health check is the
 jail's first command, against the local provider's). Also times ``stat`` (a
-file operation: one ``python3`` script run inside) against a bare
-``python3 -I -S -c pass``, the floor of any such operation, in the same run.
+file operation: one ``python3`` script run inside), ``ls`` of a directory of
+two entries and ``read`` of a small file against a bare ``python3 -I -S -c
+pass``, the floor of any such operation, in the same run (the last column of
+those rows is their ratio to it), by the time per call and, on the local
+provider, by the CPU time the command's processes took (on a loaded
+machine the time per call varies with the load; the CPU time far less).
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -28,25 +33,49 @@ from sandbox_sdk.providers.bwrap import BwrapProvider
 from sandbox_sdk.providers.local import LocalProvider
 
 WARMUP = 10
+#: A bare interpreter start: the floor of a file operation.
+FLOOR = "python3 -I -S -c pass"
+#: The operations compared with :data:`FLOOR`.
+FILE_OPERATIONS = ("stat", "ls", "read")
+#: The rows of the CPU time a local command took (its processes are children
+#: of this one): unlike the time per call, it hardly depends on the load.
+LOCAL_CPU = "local, CPU ms"
+#: The file ``read`` reads (20 short lines), written before the rounds.
+SMALL_FILE = "small.txt"
 
 
 def measure(sandboxes: dict[str, BaseSandbox], rounds: int) -> dict[tuple[str, str], list[float]]:
     operations: dict[str, Callable[[BaseSandbox], object]] = {
         'execute("true")': lambda sandbox: sandbox.execute("true"),
-        "python3 -I -S -c pass": lambda sandbox: sandbox.execute("python3 -I -S -c pass"),
+        FLOOR: lambda sandbox: sandbox.execute(FLOOR),
         "stat": lambda sandbox: sandbox.stat("."),
+        "ls": lambda sandbox: sandbox.ls("."),
+        "read": lambda sandbox: sandbox.read(SMALL_FILE),
     }
+    for sandbox in sandboxes.values():
+        sandbox.write(SMALL_FILE, "one line\n" * 20)
     samples: dict[tuple[str, str], list[float]] = {}
-    for operation, run in operations.items():
-        for _ in range(WARMUP):
+    for _ in range(WARMUP):
+        for run in operations.values():
             for sandbox in sandboxes.values():
                 run(sandbox)
-        for _ in range(rounds):
+    for _ in range(rounds):  # every round runs every operation: drift in load hits each alike
+        for operation, run in operations.items():
             for name, sandbox in sandboxes.items():
+                cpu = _children_cpu_ms()
                 started = time.perf_counter()
                 run(sandbox)
                 samples.setdefault((operation, name), []).append((time.perf_counter() - started) * 1000)
+                if name == "local":
+                    samples.setdefault((operation, LOCAL_CPU), []).append(_children_cpu_ms() - cpu)
     return samples
+
+
+def _children_cpu_ms() -> float:
+    """CPU time (user and system) of this process's ended children: the local
+    provider's ``bash`` and what it ran."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) * 1000
 
 
 #: Sandboxes created (and deleted) per provider to time ``create()``.
@@ -79,15 +108,19 @@ def main() -> None:
         finally:
             for name, sandbox in sandboxes.items():
                 providers[name].delete(sandbox.id)
-    print(f"{rounds} rounds each ({CREATES} for create), milliseconds per call\n")
-    print("| operation | provider | median | mean | p90 | bwrap / local (median) |")
-    print("|---|---|---:|---:|---:|---:|")
+    print(f"{rounds} rounds each ({CREATES} for create), milliseconds per call ({LOCAL_CPU!r}: CPU)\n")
+    print("| operation | provider | median | mean | p90 | bwrap / local (median) | / python3 (median) |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for (operation, name), values in samples.items():
         median, mean = statistics.median(values), statistics.fmean(values)
         p90 = statistics.quantiles(values, n=10)[-1]
         ratio = median / statistics.median(samples[(operation, "local")])
         shown = f"{ratio:.1f}x" if name == "bwrap" else ""
-        print(f"| {operation} | {name} | {median:.2f} | {mean:.2f} | {p90:.2f} | {shown} |")
+        floor = samples.get((FLOOR, name))
+        to_floor = (
+            f"{median / statistics.median(floor):.2f}x" if floor and operation in FILE_OPERATIONS else ""
+        )
+        print(f"| {operation} | {name} | {median:.2f} | {mean:.2f} | {p90:.2f} | {shown} | {to_floor} |")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,12 @@ from sandbox_sdk import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import LimitedSandbox
-from tests.transfer.transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES, leftovers
+from tests.transfer.transfer_helpers import (
+    SMALL_COMMAND_BYTES,
+    SMALL_OUTPUT_BYTES,
+    leftovers,
+    scratch_entries,
+)
 
 
 async def test_cancelled_async_upload_leaves_nothing(local: LocalSandbox) -> None:
@@ -45,7 +50,7 @@ async def test_cancelled_async_download_dir_removes_its_archive(
     with anyio.move_on_after(0.5) as scope:
         await sandbox.adownload_dir("tree", tmp_path / "back")
     assert scope.cancelled_caught
-    assert list(archives.iterdir()) == []
+    assert scratch_entries(archives) == []
 
 
 class _InterruptedSandbox(LimitedSandbox):

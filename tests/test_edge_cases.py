@@ -15,6 +15,7 @@ from sandbox_sdk import BaseSandbox, errors, protocol
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import LimitedSandbox
+from tests.transfer.transfer_helpers import scratch_entries
 
 
 def test_timeout_holds_after_the_command_closes_its_output(local: LocalSandbox) -> None:
@@ -78,9 +79,11 @@ def test_download_dir_never_packs_its_own_archive(
     tree.mkdir()
     (tree / "a.txt").write_text("a")
     monkeypatch.setattr(BaseSandbox, "scratch_dir", str(tree))
-    assert local.download_dir("tree", tmp_path / "back").entries == 1
-    assert sorted(p.name for p in (tmp_path / "back").iterdir()) == ["a.txt"]
-    assert sorted(p.name for p in tree.iterdir()) == ["a.txt"]
+    back = tmp_path / "back"
+    assert local.download_dir("tree", back).entries == len(list(back.rglob("*")))
+    assert scratch_entries(back) == ["a.txt"]  # and the scripts installed in the tree, its own files
+    assert scratch_entries(tree) == ["a.txt"]
+    assert not list(back.rglob("*.tar")) and not list(tree.rglob("*.tar"))
 
 
 def test_large_edit_of_a_missing_file_creates_nothing(local: LocalSandbox) -> None:

@@ -34,7 +34,7 @@ class Raw(Call[ExecuteResponse]):
     timeout: float | None = None
     what: str = "raw"
 
-    def command(self, max_bytes: int) -> tuple[str, str]:
+    def command(self, max_bytes: int, scratch_dir: str) -> tuple[str, str]:
         return self.text, ""
 
     def decode(self, response: ExecuteResponse, nonce: str) -> ExecuteResponse:

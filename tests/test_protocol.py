@@ -36,9 +36,7 @@ def test_exit_codes_avoid_shell_and_python_codes() -> None:
 
 @pytest.mark.parametrize("module", MODULES)
 def test_every_shipped_script_compiles_and_runs_only_stdlib(module: str) -> None:
-    bootstrap = protocol.script(module)
-    packed = bootstrap.split("a2b_base64('")[1].split("')")[0]
-    source = zlib.decompress(base64.b64decode(packed)).decode()
+    source = zlib.decompress(base64.b64decode(protocol.shipped(module).packed)).decode()
     assert source == protocol.shipped_source(module)
     tree = ast.parse(source)
     imported = {
@@ -82,7 +80,9 @@ def test_scripts_import_at_start_up_only_what_they_always_use(module: str) -> No
 
 def test_user_values_never_reach_the_command_text() -> None:
     hostile = "'; rm -rf / #$(reboot)`id`\nEOF"
-    command, nonce = protocol.build_command("write", {"path": hostile, "flag": True}, [hostile.encode()])
+    command, nonce = protocol.build_command(
+        "write", {"path": hostile, "flag": True}, [hostile.encode()], scratch_dir="/tmp"
+    )
     assert hostile not in command
     assert "rm -rf" not in command
     assert "true" not in command.lower().split("<<")[1]  # even booleans travel encoded
@@ -90,7 +90,7 @@ def test_user_values_never_reach_the_command_text() -> None:
 
 
 def run_script(module: str, args: dict[str, object], cwd: Path) -> ExecuteResponse:
-    command, nonce = protocol.build_command(module, args)
+    command, nonce = protocol.build_command(module, args, scratch_dir=str(cwd))
     done = subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, check=False)
     response = ExecuteResponse(output=done.stdout + done.stderr, exit_code=done.returncode)
     response.__dict__["nonce"] = nonce
@@ -211,7 +211,8 @@ def test_a_damaged_long_field_is_no_frame(damage: str) -> None:
 def test_a_round_trip_imports_neither_json_nor_re(tmp_path: Path) -> None:
     """CPython's ``_json`` stands in for ``json``, whose import of ``re`` would
     cost every round trip about 7 ms (measured with ``-X importtime``)."""
-    command, nonce = protocol.build_command("ls", {"op": "stat", "path": protocol.encode_path(".")})
+    args = {"op": "stat", "path": protocol.encode_path(".")}
+    command, nonce = protocol.build_command("ls", args, scratch_dir=str(tmp_path))
     timed = command.replace(protocol.PYTHON, "python3 -X importtime -I -S", 1)
     response = LocalSandbox(tmp_path).execute(timed)
     value, _ = protocol.parse_result(response, nonce, "stat")

@@ -85,9 +85,10 @@ class Call(ABC, Generic[R]):
     interruptible: bool = False
 
     @abstractmethod
-    def command(self, max_bytes: int) -> tuple[str, str]:
+    def command(self, max_bytes: int, scratch_dir: str) -> tuple[str, str]:
         """The command to run and the nonce its result must carry; a script
-        command over ``max_bytes`` is refused before it is sent."""
+        command over ``max_bytes`` is refused before it is sent. A script is
+        installed in (and run from) the sandbox's ``scratch_dir``."""
 
     @abstractmethod
     def decode(self, response: ExecuteResponse, nonce: str) -> R:
@@ -126,7 +127,7 @@ class AppendCall(Call[None]):
     what: str
     timeout: float | None = None
 
-    def command(self, max_bytes: int) -> tuple[str, str]:
+    def command(self, max_bytes: int, scratch_dir: str) -> tuple[str, str]:
         nonce = secrets.token_hex(16)
         delimiter = f"SBX_{nonce}"
         seek = self.offset // APPEND_BLOCK
@@ -167,8 +168,9 @@ class _ScriptedCall(Call[R]):
         """The arguments as the script reads them."""
         return {"op": self.op, **self.args}
 
-    def command(self, max_bytes: int) -> tuple[str, str]:
-        command, nonce = protocol.build_command(protocol.module_of(self.op), self.payload, self.blobs)
+    def command(self, max_bytes: int, scratch_dir: str) -> tuple[str, str]:
+        module = protocol.module_of(self.op)
+        command, nonce = protocol.build_command(module, self.payload, self.blobs, scratch_dir=scratch_dir)
         size = protocol.command_bytes(command)
         if size > max_bytes:
             raise errors.SandboxRuntimeError(
@@ -293,8 +295,8 @@ class ShellGrepCall(Call[ShellReply]):
         value = self.script.args[key]
         return None if value is None else base64.b64decode(value)
 
-    def command(self, max_bytes: int) -> tuple[str, str]:
-        script, nonce = self.script.command(max_bytes)
+    def command(self, max_bytes: int, scratch_dir: str) -> tuple[str, str]:
+        script, nonce = self.script.command(max_bytes, scratch_dir)
         values = {"p": self._raw("pattern"), "r": self._raw("path"), "g": self._raw("glob")}
         assign = "; ".join(f"printf -v {k} '{printf_escapes(v)}'" for k, v in values.items() if v is not None)
         include, guard = (' --include="$g"', ' && [ -d "$r" ]') if values["g"] is not None else ("", "")

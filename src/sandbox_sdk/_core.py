@@ -212,7 +212,7 @@ class SandboxCore(SandboxHandle):
 
     def _blob_capacity(self, op: str, args: Mapping[str, Any]) -> int:
         """Raw bytes one blob may hold in a command for operation ``op`` with ``args``."""
-        overhead = protocol.command_overhead(op, args)
+        overhead = protocol.command_overhead(op, args, self.scratch_dir)
         room = self.max_command_bytes - overhead
         if room < 1024:
             raise errors.SandboxRuntimeError(
@@ -252,7 +252,7 @@ class SandboxCore(SandboxHandle):
     def _invoke(self, call: Call[R]) -> R:
         """One call: a file operation's round trip gets ``operation_timeout``,
         a user's command (``execute``, ``run``) its own or the provider's default."""
-        command, nonce = call.command(self.max_command_bytes)
+        command, nonce = call.command(self.max_command_bytes, self.scratch_dir)
         started = time.monotonic()
         try:
             response = self.execute(command, timeout=call.timeout_or(self.operation_timeout))
@@ -269,7 +269,7 @@ class SandboxCore(SandboxHandle):
             # thread, so megabytes of base64 never stall the event loop.
             # A call that only reads is left to finish alone when cancelled.
             return await anyio.to_thread.run_sync(self._invoke, call, abandon_on_cancel=call.interruptible)
-        command, nonce = call.command(self.max_command_bytes)
+        command, nonce = call.command(self.max_command_bytes, self.scratch_dir)
         started = time.monotonic()
         try:
             response = await self.aexecute(command, timeout=call.timeout_or(self.operation_timeout))

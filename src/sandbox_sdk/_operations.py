@@ -554,7 +554,8 @@ def fits_one_command(sandbox: SandboxCore, script: Script[Any], args: Mapping[st
     ``PROGRAM_ROOM`` of one ``execute`` command: the one rule for "a program
     too large for one command", which is staged (``command_call``) and never
     streamed natively (``_streamed``)."""
-    return protocol.command_overhead(script.op, args) <= sandbox.max_command_bytes - PROGRAM_ROOM
+    overhead = protocol.command_overhead(script.op, args, sandbox.scratch_dir)
+    return overhead <= sandbox.max_command_bytes - PROGRAM_ROOM
 
 
 def _command_call(

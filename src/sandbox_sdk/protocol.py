@@ -2,14 +2,16 @@
 
 An operation is one shell command::
 
-    python3 -I -S -c '<bootstrap that decompresses the script>' <<'SBX_<random>'
+    python3 -I -S -c '<bootstrap>' <scratch_dir> <name> <crc> '<install>' <packed script> <<'SBX_<random>'
     <base64 JSON arguments>
     <base64 blob>...
     SBX_<random>
 
 Nothing the caller passes is ever part of the command text: arguments, paths
 and contents travel only inside the base64 payload, whose alphabet cannot
-contain the heredoc delimiter. The script answers with one framed line and an
+contain the heredoc delimiter. The bootstrap runs the script installed in
+the sandbox by an earlier command (its bytecode cached by CPython), else the
+packed one, which it installs. The script answers with one framed line and an
 exit code from :class:`ExitCode`; :func:`parse_result` turns that into a value
 or into the one typed exception that code maps to. docs/protocol.md has the
 full description.
@@ -20,11 +22,13 @@ from __future__ import annotations
 import ast
 import base64
 import binascii
+import hashlib
 import importlib
 import json
 import os
 import pkgutil
 import secrets
+import shlex
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -140,14 +144,79 @@ def shipped_source(module: str) -> str:
     return ast.unparse(ast.fix_missing_locations(_without_unused_definitions(tree))) + "\n"
 
 
+#: Directory of the installed scripts in ``scratch_dir``, one per user
+#: (``%d`` is the uid, as the runtime's ``LOCK_DIR``).
+SCRIPTS_DIR = ".sbx-scripts-%d"
+#: The bootstrap (``python3 -c``): run the installed script by import, so
+#: that CPython caches its bytecode in ``__pycache__``, if its CRC-32 is the
+#: one in the command and its directory is the user's own, writable by no
+#: one else; otherwise run :data:`INSTALL`, compiled only then. Arguments:
+#: scratch_dir, module name, CRC-32, :data:`INSTALL`, packed source.
+BOOTSTRAP = f"""\
+import sys,posix
+r,n,c=sys.argv[1:4]
+d=r+"/{SCRIPTS_DIR}"%posix.getuid()
+p=d+"/"+n+".py"
+def own():
+ try:s=posix.lstat(d)
+ except OSError:return False
+ return s.st_mode&0o170022==0o40000 and s.st_uid==posix.getuid()
+def run():
+ try:
+  with open(p,"rb") as f:s=f.read()
+ except OSError:return
+ import binascii
+ if binascii.crc32(s)!=int(c):return
+ sys.path.insert(0,d)
+ try:__import__(n)
+ except ModuleNotFoundError as e:
+  if e.name!=n:raise
+ del sys.path[0]
+if own():run()
+exec(sys.argv[4])
+"""
+#: Run by :data:`BOOTSTRAP` when there is no usable installed copy: unpack
+#: the source, install it (a temporary file renamed into place: a racing
+#: reader sees all of it or none) and import it; if that cannot be done (a
+#: read-only scratch directory, say), run the unpacked source.
+INSTALL = """\
+import binascii,zlib
+s=zlib.decompress(binascii.a2b_base64(sys.argv[5]))
+t=p+"."+posix.urandom(8).hex()
+try:
+ try:posix.mkdir(d,0o700)
+ except FileExistsError:pass
+ if not own():raise PermissionError
+ with open(t,"xb") as f:f.write(s)
+ posix.replace(t,p)
+except OSError:
+ try:posix.unlink(t)
+ except OSError:pass
+else:run()
+exec(compile(s,"sandbox_sdk/remote/"+n[4:n.rindex("_")]+".py","exec"),dict(__name__="__main__"))
+"""
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """A script as a command carries it: the name it is installed under in the
+    sandbox (``sbx_<module>_<digest of its source>``, so each version of the
+    SDK has its own), the source's CRC-32, and the source zlib-compressed and
+    base64-encoded for the command line."""
+
+    name: str
+    crc: int
+    packed: str
+
+
 @cache
-def script(module: str) -> str:
-    """The bootstrap for ``sandbox_sdk/remote/<module>.py``, ready for ``-c``:
-    the compressed :func:`shipped_source`, unpacked with built-in modules only."""
-    packed = base64.b64encode(zlib.compress(shipped_source(module).encode("utf-8"), 9)).decode("ascii")
-    return (
-        f"import binascii,zlib;exec(compile(zlib.decompress(binascii.a2b_base64('{packed}')),"
-        f"'sandbox_sdk/remote/{module}.py','exec'))"
+def shipped(module: str) -> Shipped:
+    """:func:`shipped_source` of ``module``, named and packed for a command."""
+    source = shipped_source(module).encode("utf-8")
+    return Shipped(
+        name=f"sbx_{module}_{hashlib.sha256(source).hexdigest()[:16]}",
+        crc=binascii.crc32(source),
+        packed=base64.b64encode(zlib.compress(source, 9)).decode("ascii"),
     )
 
 
@@ -211,13 +280,20 @@ def _without_unused_definitions(tree: ast.Module) -> ast.Module:
     return tree
 
 
-def build_command(module: str, args: Mapping[str, Any], blobs: Sequence[bytes] = ()) -> tuple[str, str]:
-    """The shell command for one operation and the nonce its frame must carry."""
+def build_command(
+    module: str, args: Mapping[str, Any], blobs: Sequence[bytes] = (), *, scratch_dir: str
+) -> tuple[str, str]:
+    """The shell command for one operation and the nonce its frame must carry.
+
+    ``scratch_dir`` (the provider's, never a caller's value) holds the
+    installed scripts (see :data:`BOOTSTRAP`)."""
     nonce = secrets.token_hex(16)
     header = json.dumps({**args, "nonce": nonce}, separators=(",", ":")).encode("utf-8")
     delimiter = f"SBX_{nonce}"
     check = f"command -v python3 >/dev/null 2>&1 || {{ echo {NO_PYTHON_MARKER} {nonce}; exit 127; }}"
-    lines = [f"{check}; {PYTHON} -c \"{script(module)}\" <<'{delimiter}'", _b64(header)]
+    script = shipped(module)
+    argv = f"{shlex.quote(scratch_dir)} {script.name} {script.crc} {shlex.quote(INSTALL)} {script.packed}"
+    lines = [f"{check}; {PYTHON} -c {shlex.quote(BOOTSTRAP)} {argv} <<'{delimiter}'", _b64(header)]
     lines.extend(_b64(blob) for blob in blobs)
     lines.extend([delimiter, ""])
     return "\n".join(lines), nonce  # one join: a blob of megabytes is copied into the command once
@@ -227,9 +303,9 @@ def _b64(data: bytes) -> str:
     return binascii.b2a_base64(data, newline=False).decode("ascii")
 
 
-def command_overhead(op: str, args: Mapping[str, Any]) -> int:
+def command_overhead(op: str, args: Mapping[str, Any], scratch_dir: str) -> int:
     """Bytes a command for operation ``op`` with ``args`` costs before any blob is added."""
-    command, _ = build_command(module_of(op), {**args, "op": op})
+    command, _ = build_command(module_of(op), {**args, "op": op}, scratch_dir=scratch_dir)
     return len(command.encode("utf-8")) + 2  # the newline that each blob adds, and slack
 
 

@@ -15,7 +15,7 @@ from sandbox_sdk import errors
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import Fault, FaultySandbox, InjectedFault, LimitedSandbox
-from tests.transfer.transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES
+from tests.transfer.transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES, scratch_entries
 
 LIMITS = {"max_command_bytes": SMALL_COMMAND_BYTES, "max_output_bytes": SMALL_OUTPUT_BYTES}
 
@@ -43,7 +43,7 @@ def local(tmp_path: Path) -> LocalSandbox:
 
 
 def scratch(local: LocalSandbox) -> list[str]:
-    return sorted(p.name for p in Path(local.scratch_dir).iterdir())
+    return scratch_entries(Path(local.scratch_dir))
 
 
 def calls_of_download_dir(local: LocalSandbox, tmp_path: Path) -> int:

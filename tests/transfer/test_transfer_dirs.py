@@ -17,7 +17,7 @@ from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import LimitedSandbox
 
-from .transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES, leftovers
+from .transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES, leftovers, scratch_entries
 
 Snapshot = dict[str, tuple[str, int, bytes]]
 
@@ -209,7 +209,7 @@ def test_download_dir_refuses_hostile_archive(
     assert written == [], "nothing may be written when an archive is refused"
     assert not (tmp_path / "client" / "nest" / "escaped.txt").exists()
     assert not Path("/tmp/sbx-absolute-escape.txt").exists()
-    assert list(archives.iterdir()) == []
+    assert scratch_entries(archives) == []
 
 
 def test_download_dir_refuses_symlink_pointing_out_of_the_sandbox_tree(

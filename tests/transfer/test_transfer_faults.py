@@ -14,7 +14,7 @@ from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import FAULTS_BEFORE_RUNNING, Fault, LimitedSandbox
 
-from .transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES, faulty, leftovers
+from .transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES, faulty, leftovers, scratch_entries
 
 OLD = b"the previous content, which must survive a failed upload\n"
 
@@ -154,7 +154,7 @@ def test_fault_while_uploading_a_directory(
             copied = root / f"copy{fail_at}" / "sub" / "data.bin"
             assert copied.read_bytes() == (tree / "sub" / "data.bin").read_bytes()
         assert leftovers(root) == []
-        assert list(archives.iterdir()) == [], f"call {fail_at}: the staged archive was left behind"
+        assert scratch_entries(archives) == [], f"call {fail_at}: the staged archive was left behind"
 
 
 class _ChangingSource(LimitedSandbox):

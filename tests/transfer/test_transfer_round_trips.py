@@ -17,6 +17,8 @@ from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import LimitedSandbox
 from sandbox_sdk.testing.files import file_sha256, write_random_file
 
+from .transfer_helpers import scratch_entries
+
 #: The interpreter itself (``python3`` on the host may be a shim that needs more of ``PATH``).
 PYTHON3 = subprocess.run(
     ["python3", "-c", "import sys; print(sys.executable)"], capture_output=True, text=True, check=True
@@ -307,7 +309,7 @@ def test_chunks_that_travel_as_they_are_are_appended_by_the_shell(root: Path, tm
     scripts = [c for c in sandbox.commands if "python3" in c]
     assert len(scripts) == 2 and len(appends) == len(sandbox.commands) - 2 >= 10
     assert all("dest dir" not in c for c in appends)
-    assert os.listdir(scratch) == [] and sorted(os.listdir(root / "dest dir")) == ["$(touch pwned).bin"]
+    assert scratch_entries(scratch) == [] and sorted(os.listdir(root / "dest dir")) == ["$(touch pwned).bin"]
     assert not (root / "pwned").exists() and not (tmp_path / "pwned").exists()
     sandbox.commands.clear()
     text = source_text(1 << 20)

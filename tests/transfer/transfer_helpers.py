@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from sandbox_sdk import protocol
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import Fault, FaultySandbox
 
@@ -34,6 +36,13 @@ def leftovers(*dirs: Path) -> list[Path]:
         for path in directory.rglob("*")
         if path.name.startswith(".sbx-") or path.name.endswith(".part")
     )
+
+
+def scratch_entries(directory: Path) -> list[str]:
+    """What a scratch directory holds besides the installed scripts' own
+    directory (docs/protocol.md), which stays by design."""
+    scripts = protocol.SCRIPTS_DIR % os.getuid()
+    return sorted(path.name for path in directory.iterdir() if path.name != scripts)
 
 
 def remote_archives() -> list[Path]:

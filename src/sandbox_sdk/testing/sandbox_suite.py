@@ -34,7 +34,7 @@ from collections.abc import Callable
 import anyio
 import pytest
 
-from sandbox_sdk import errors
+from sandbox_sdk import errors, protocol
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, StreamEvent
 from sandbox_sdk.testing._suite import SandboxSuite
@@ -621,6 +621,37 @@ class SandboxConformanceTests(SandboxSuite):
                 sandbox.write(bad, "x")
         with pytest.raises(errors.InvalidPathError):
             sandbox.read("x" * 256)
+
+    # -- installed scripts ---------------------------------------------------------------------
+
+    def test_scripts_are_installed_once_then_imported_and_repaired(
+        self, sandbox: BaseSandbox, workdir: str
+    ) -> None:
+        """The first command of a script installs it in ``scratch_dir``
+        (docs/protocol.md); later ones import it, its bytecode cached, and a
+        damaged or deleted copy is replaced, never run."""
+        home = sandbox.execute(f"cd {shlex.quote(workdir)} && pwd").output.splitlines()[-1]
+        uid = int(sandbox.execute("id -u").output.split()[-1])
+        scripts = posixpath.join(home, "scratch", protocol.SCRIPTS_DIR % uid)
+        name = protocol.shipped("ls").name
+        installed = posixpath.join(scripts, f"{name}.py")
+
+        sandbox.mkdir(self.p(workdir, "scratch"))
+        saved, sandbox.scratch_dir = sandbox.scratch_dir, posixpath.join(home, "scratch")
+        try:
+            assert sandbox.stat(workdir).type == "dir"
+            cached = [e.name for e in sandbox.ls(posixpath.join(scripts, "__pycache__"))]
+            assert [n for n in cached if n.startswith(f"{name}.")], "imported once installed"
+            sandbox.execute(f"touch -t 200001010000 {shlex.quote(installed)}")  # a copy made now is newer
+            assert sandbox.stat(workdir).type == "dir"
+            assert sandbox.stat(installed).mtime < 1e9, "the installed script ran, not a new copy"
+            file, folder = shlex.quote(installed), shlex.quote(scripts)
+            for damage in [f"echo junk >> {file}", f": > {file}", f"rm -r {folder}"]:
+                sandbox.execute(damage)
+                assert sandbox.stat(workdir).type == "dir"
+                assert sandbox.read(installed).content == protocol.shipped_source("ls")
+        finally:
+            sandbox.scratch_dir = saved
 
     # -- async twins --------------------------------------------------------------------------------
 

@@ -45,8 +45,9 @@ class _Packer:
     """Collects small files for one ``put_many`` command within the budget:
     the command's bytes, and the files its timeout leaves time to write."""
 
-    def __init__(self, max_command_bytes: int, timeout: float) -> None:
-        self.room = max_command_bytes - protocol.command_overhead("put_many", put_many_args([]))
+    def __init__(self, max_command_bytes: int, timeout: float, scratch_dir: str) -> None:
+        overhead = protocol.command_overhead("put_many", put_many_args([]), scratch_dir)
+        self.room = max_command_bytes - overhead
         self.max_items = max(1, int(timeout / 2 / SECONDS_PER_FILE))
         self.used = 0
         self.items: list[Packed] = []
@@ -87,7 +88,7 @@ class _Uploads:
     def __init__(self, sandbox: SandboxCore, files: Sequence[tuple[str, UploadSource]]) -> None:
         self.files = files
         self.results: list[FileUploadResponse | None] = [None] * len(files)
-        self.packer = _Packer(sandbox.max_command_bytes, sandbox.operation_timeout)
+        self.packer = _Packer(sandbox.max_command_bytes, sandbox.operation_timeout, sandbox.scratch_dir)
         self.tally = Tally(None)
 
     def open(self, index: int) -> OpenedUpload | None:

@@ -61,3 +61,19 @@ def test_java_finds_its_security_configuration(module_provider: BwrapProvider) -
         sandbox.write("Digest.java", DIGEST_JAVA)
         response = sandbox.execute("java Digest.java", timeout=120)
     assert (response.exit_code, response.output) == (0, hashlib.sha256(b"sandbox").hexdigest()[:4] + "\n")
+
+
+def test_a_read_only_scratch_directory_runs_each_script_from_its_command(
+    module_provider: BwrapProvider,
+) -> None:
+    """Nothing can be installed on the jail's read-only ``/usr`` (EROFS, even
+    for the jail's root): every operation still works, its script run from
+    the command each time (docs/protocol.md)."""
+    with module_provider.create() as sandbox:
+        sandbox.scratch_dir = "/usr"
+        for _ in range(2):
+            sandbox.write("a.txt", "text\n", overwrite=True)
+            assert sandbox.read("a.txt").content == "text\n"
+            assert [e.name for e in sandbox.ls(".")] == ["a.txt"]
+        check = sandbox.execute("mkdir /usr/probe; ls -a /usr | grep -c sbx-scripts")
+        assert "Read-only file system" in check.output and check.output.split()[-1] == "0"

@@ -1,0 +1,125 @@
+"""Scripts installed in the sandbox once and imported afterwards
+(docs/protocol.md, "The command"): the cases the conformance suite's
+``test_scripts_are_installed_once_then_imported_and_repaired`` does not reach.
+Real ``bash`` and ``python3`` processes throughout."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from sandbox_sdk import protocol
+from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.providers.local import LocalSandbox
+
+STAT_DOT = {"op": "stat", "path": protocol.encode_path(".")}
+SCRIPT = protocol.shipped("ls")
+
+
+def scripts_dir(scratch: Path) -> Path:
+    return scratch / (protocol.SCRIPTS_DIR % os.getuid())
+
+
+def sandbox_with_scratch(root: Path, scratch: Path) -> LocalSandbox:
+    root.mkdir(exist_ok=True)
+    sandbox = LocalSandbox(root)
+    sandbox.scratch_dir = str(scratch)
+    return sandbox
+
+
+def stat_dot(command: str, nonce: str, cwd: Path) -> str:
+    """The type ``stat .`` reports, from a command run by ``bash`` in ``cwd``."""
+    done = subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, check=False)
+    response = ExecuteResponse(output=done.stdout + done.stderr, exit_code=done.returncode)
+    value, _ = protocol.parse_result(response, nonce, "stat")
+    return str(value["type"])
+
+
+def test_the_first_command_installs_the_script_and_imports_it(tmp_path: Path) -> None:
+    sandbox = sandbox_with_scratch(tmp_path / "root", tmp_path)
+    assert sandbox.stat(".").type == "dir"
+    installed = scripts_dir(tmp_path) / f"{SCRIPT.name}.py"
+    assert installed.read_text("utf-8") == protocol.shipped_source("ls")
+    assert [p.name.split(".")[0] for p in (scripts_dir(tmp_path) / "__pycache__").iterdir()] == [SCRIPT.name]
+    assert scripts_dir(tmp_path).stat().st_mode & 0o777 == 0o700
+    assert sorted(p.name for p in scripts_dir(tmp_path).iterdir()) == ["__pycache__", installed.name]
+
+
+@pytest.mark.parametrize("case", ["missing scratch", "others may write", "symlink"])
+def test_a_scripts_directory_that_is_not_safely_ours_is_never_used(tmp_path: Path, case: str) -> None:
+    """The script still runs, from the command; nothing is imported from (or
+    installed in) a directory another user could have changed, even a
+    correct copy of the script (the one that would pass the CRC check)."""
+    scratch = tmp_path / "scratch"
+    planted = scripts_dir(scratch) / f"{SCRIPT.name}.py"
+    if case != "missing scratch":
+        target = tmp_path / "elsewhere" if case == "symlink" else scripts_dir(scratch)
+        target.mkdir(parents=True)
+        if case == "symlink":
+            scratch.mkdir()
+            scripts_dir(scratch).symlink_to(target)
+        else:
+            target.chmod(0o777)
+        planted.write_text(protocol.shipped_source("ls"), "utf-8")
+        planted_at = planted.stat().st_mtime_ns
+    sandbox = sandbox_with_scratch(tmp_path / "root", scratch)
+    sandbox.write("a.txt", "text\n")
+    assert sandbox.read("a.txt").content == "text\n"
+    assert sandbox.stat("a.txt").size == 5
+    if case == "missing scratch":
+        assert not scratch.exists()
+    else:
+        assert sorted(p.name for p in planted.parent.iterdir()) == [planted.name], "no install, no bytecode"
+        assert planted.stat().st_mtime_ns == planted_at
+
+
+def test_concurrent_first_calls_from_threads_and_processes_all_succeed(tmp_path: Path) -> None:
+    """Each installer writes a file of its own and renames it into place, so a
+    racing reader sees the whole script or none (and then runs its own copy)."""
+    commands = [protocol.build_command("ls", STAT_DOT, scratch_dir=str(tmp_path)) for _ in range(6)]
+    processes = [
+        (subprocess.Popen(["bash", "-c", command], cwd=tmp_path, stdout=subprocess.PIPE, text=True), nonce)
+        for command, nonce in commands
+    ]
+    sandbox = sandbox_with_scratch(tmp_path / "root", tmp_path)
+    with ThreadPoolExecutor(6) as pool:
+        types = list(pool.map(lambda _: sandbox.stat(".").type, range(12)))
+    for process, nonce in processes:
+        output, _ = process.communicate(timeout=60)
+        response = ExecuteResponse(output=output, exit_code=process.returncode)
+        types.append(protocol.parse_result(response, nonce, "stat")[0]["type"])
+    assert types == ["dir"] * 18
+    installed = scripts_dir(tmp_path) / f"{SCRIPT.name}.py"
+    assert installed.read_text("utf-8") == protocol.shipped_source("ls")
+    assert sorted(p.name for p in scripts_dir(tmp_path).iterdir()) == ["__pycache__", installed.name]
+
+
+def test_a_script_removed_between_its_check_and_its_import_runs_from_the_command(tmp_path: Path) -> None:
+    """The bootstrap's own race: the checked file is gone when ``import``
+    looks for it (``__import__`` wrapped to remove it first, standing in for a
+    user's ``rm -rf`` at that moment); the script has not started, so the
+    bootstrap runs the packed copy and installs it again."""
+    command, nonce = protocol.build_command("ls", STAT_DOT, scratch_dir=str(tmp_path))
+    assert stat_dot(command, nonce, tmp_path) == "dir"  # installed
+    installed = scripts_dir(tmp_path) / f"{SCRIPT.name}.py"
+    removing = (
+        "import builtins,posix\n"
+        "real,gone=builtins.__import__,[]\n"
+        "def removing(name,*args,**kwargs):\n"
+        " if name.startswith('sbx_') and not gone:\n"
+        "  gone.append(name)\n"
+        f"  posix.unlink({str(installed)!r})\n"
+        " return real(name,*args,**kwargs)\n"
+        "builtins.__import__=removing\n"
+        f"exec({protocol.BOOTSTRAP!r})\n"
+    )
+    command, nonce = protocol.build_command("ls", STAT_DOT, scratch_dir=str(tmp_path))
+    wrapped = command.replace(shlex.quote(protocol.BOOTSTRAP), shlex.quote(removing), 1)
+    assert wrapped != command
+    assert stat_dot(wrapped, nonce, tmp_path) == "dir"
+    assert installed.read_text("utf-8") == protocol.shipped_source("ls")
