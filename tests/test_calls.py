@@ -55,7 +55,7 @@ def test_an_unknown_operation_is_refused_when_declared() -> None:
 
 def test_a_script_call_names_its_operation_once() -> None:
     call = LS({"path": "Lg=="}, what="ls")
-    command, nonce = call.command(10**6, "/tmp")
+    command, nonce = call.command(10**6, protocol.Scripts("/tmp", {}))
     assert call.payload == {"op": "ls", "path": "Lg=="}
     assert protocol.shipped("ls").name in command
     assert nonce in command
@@ -69,7 +69,7 @@ def test_yield_from_a_call_returns_its_decoded_reply() -> None:
     nonces: list[str] = []
 
     def perform(call: Call[Any]) -> Any:
-        _, nonce = call.command(10**6, "/tmp")
+        _, nonce = call.command(10**6, protocol.Scripts("/tmp", {}))
         nonces.append(nonce)
         return call.decode(frame(nonce, {"next": 7}, b"x"), nonce)
 
@@ -108,7 +108,7 @@ def test_a_command_call_cut_by_the_provider_timeout_is_none() -> None:
 
 def test_an_oversized_script_command_is_refused_before_it_is_sent() -> None:
     with pytest.raises(errors.SandboxRuntimeError, match="exceeds max_command_bytes"):
-        LS({"path": "Lg=="}, [b"x" * 10_000], what="ls").command(5_000, "/tmp")
+        LS({"path": "Lg=="}, [b"x" * 10_000], what="ls").command(5_000, protocol.Scripts("/tmp", {}))
 
 
 def test_the_client_reads_the_frame_marker_from_the_runtime() -> None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pytest
 from sandbox_sdk import protocol
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
+from sandbox_sdk.testing.recording import RecordingSandbox
 
 STAT_DOT = {"op": "stat", "path": protocol.encode_path(".")}
 SCRIPT = protocol.shipped("ls")
@@ -123,3 +126,73 @@ def test_a_script_removed_between_its_check_and_its_import_runs_from_the_command
     assert wrapped != command
     assert stat_dot(wrapped, nonce, tmp_path) == "dir"
     assert installed.read_text("utf-8") == protocol.shipped_source("ls")
+
+
+def test_a_client_leaves_out_a_script_it_has_seen_run(tmp_path: Path) -> None:
+    """Once a command carrying the script ran it, the client's next commands
+    of that script carry only the bootstrap; the result is the same."""
+    sandbox = RecordingSandbox(sandbox_with_scratch(tmp_path / "root", tmp_path))
+    sandbox.scratch_dir = str(tmp_path)
+    assert [sandbox.stat(".").type for _ in range(3)] == ["dir"] * 3
+    first, *later = sandbox.reset()
+    assert first.command_bytes > len(SCRIPT.packed)
+    assert len(later) == 2 and all(trip.command_bytes < 2048 for trip in later)
+
+
+@pytest.mark.parametrize("case", ["copy removed", "scratch unwritable"])
+def test_a_missing_copy_costs_one_more_round_trip_then_the_script_travels(tmp_path: Path, case: str) -> None:
+    """A command that left the script out finds no copy: the bootstrap says so
+    before the script starts, the client sends the command again in full, and
+    from then on always does (a scratch directory nothing can be installed in
+    costs that one round trip per script)."""
+    scratch = tmp_path / ("scratch" if case == "copy removed" else "missing")
+    if case == "copy removed":
+        scratch.mkdir()
+    sandbox = RecordingSandbox(sandbox_with_scratch(tmp_path / "root", scratch))
+    sandbox.scratch_dir = str(scratch)
+    sandbox.write("a.txt", "x\n")
+    assert sandbox.read("a.txt").content == "x\n"
+    if case == "copy removed":
+        shutil.rmtree(scripts_dir(scratch))
+    sandbox.reset()
+    assert sandbox.read("a.txt").content == "x\n"
+    omitted, resent = sandbox.reset()
+    assert omitted.command_bytes < 2048 < resent.command_bytes
+    assert sandbox.read("a.txt").content == "x\n"
+    [again] = sandbox.reset()
+    assert again.command_bytes > 2048
+
+
+class Gathered(RecordingSandbox):
+    """Once ``armed``, holds its next ``parties`` calls until all have
+    arrived: their commands were all built before any ran."""
+
+    def __init__(self, inner: LocalSandbox, parties: int) -> None:
+        super().__init__(inner)
+        self.scratch_dir = inner.scratch_dir
+        self.barrier = threading.Barrier(parties)
+        self.held = 0
+        self.armed = False
+        self.lock = threading.Lock()
+
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        with self.lock:
+            self.held += self.armed
+            hold = self.armed and self.held <= self.barrier.parties
+        if hold:
+            self.barrier.wait(timeout=60)
+        return super().execute(command, timeout=timeout)
+
+
+def test_concurrent_calls_that_all_find_the_copy_gone_are_each_sent_again(tmp_path: Path) -> None:
+    """Six calls built while the script was known installed, all run after
+    its copy was removed: each is sent again in full, and each succeeds."""
+    sandbox = sandbox_with_scratch(tmp_path / "root", tmp_path)
+    gathered = Gathered(sandbox, parties=6)
+    assert gathered.stat(".").type == "dir"  # installs the script, and the client knows it
+    shutil.rmtree(scripts_dir(tmp_path))
+    gathered.armed = True
+    with ThreadPoolExecutor(6) as pool:
+        assert list(pool.map(lambda _: gathered.stat(".").type, range(6))) == ["dir"] * 6
+    trips = gathered.reset()[1:]
+    assert sorted(trip.command_bytes < 2048 for trip in trips) == [False] * 6 + [True] * 6

@@ -85,10 +85,16 @@ class Call(ABC, Generic[R]):
     interruptible: bool = False
 
     @abstractmethod
-    def command(self, max_bytes: int, scratch_dir: str) -> tuple[str, str]:
+    def command(self, max_bytes: int, scripts: protocol.Scripts) -> tuple[str, str]:
         """The command to run and the nonce its result must carry; a script
         command over ``max_bytes`` is refused before it is sent. A script is
-        installed in (and run from) the sandbox's ``scratch_dir``."""
+        installed in (and run from) the sandbox's scratch directory, and left
+        out of the command once ``scripts`` knows it is there."""
+
+    def resend(self, scripts: protocol.Scripts, response: ExecuteResponse, nonce: str) -> bool:
+        """Whether the command must be sent again, in full: it left out a
+        script whose installed copy was missing (the script never started)."""
+        return False
 
     @abstractmethod
     def decode(self, response: ExecuteResponse, nonce: str) -> R:
@@ -127,7 +133,7 @@ class AppendCall(Call[None]):
     what: str
     timeout: float | None = None
 
-    def command(self, max_bytes: int, scratch_dir: str) -> tuple[str, str]:
+    def command(self, max_bytes: int, scripts: protocol.Scripts) -> tuple[str, str]:
         nonce = secrets.token_hex(16)
         delimiter = f"SBX_{nonce}"
         seek = self.offset // APPEND_BLOCK
@@ -168,9 +174,15 @@ class _ScriptedCall(Call[R]):
         """The arguments as the script reads them."""
         return {"op": self.op, **self.args}
 
-    def command(self, max_bytes: int, scratch_dir: str) -> tuple[str, str]:
+    def command(self, max_bytes: int, scripts: protocol.Scripts) -> tuple[str, str]:
         module = protocol.module_of(self.op)
-        command, nonce = protocol.build_command(module, self.payload, self.blobs, scratch_dir=scratch_dir)
+        command, nonce = protocol.build_command(
+            module,
+            self.payload,
+            self.blobs,
+            scratch_dir=scripts.scratch_dir,
+            omit_script=scripts.omits(module),
+        )
         size = protocol.command_bytes(command)
         if size > max_bytes:
             raise errors.SandboxRuntimeError(
@@ -178,6 +190,9 @@ class _ScriptedCall(Call[R]):
                 f"{max_bytes} (please report: operations should stage large data)"
             )
         return command, nonce
+
+    def resend(self, scripts: protocol.Scripts, response: ExecuteResponse, nonce: str) -> bool:
+        return scripts.resend(protocol.module_of(self.op), response, nonce)
 
 
 @dataclass(frozen=True)
@@ -295,8 +310,8 @@ class ShellGrepCall(Call[ShellReply]):
         value = self.script.args[key]
         return None if value is None else base64.b64decode(value)
 
-    def command(self, max_bytes: int, scratch_dir: str) -> tuple[str, str]:
-        script, nonce = self.script.command(max_bytes, scratch_dir)
+    def command(self, max_bytes: int, scripts: protocol.Scripts) -> tuple[str, str]:
+        script, nonce = self.script.command(max_bytes, scripts)
         values = {"p": self._raw("pattern"), "r": self._raw("path"), "g": self._raw("glob")}
         assign = "; ".join(f"printf -v {k} '{printf_escapes(v)}'" for k, v in values.items() if v is not None)
         include, guard = (' --include="$g"', ' && [ -d "$r" ]') if values["g"] is not None else ("", "")
@@ -319,6 +334,9 @@ class ShellGrepCall(Call[ShellReply]):
         if size > max_bytes:
             raise errors.SandboxRuntimeError(f"{self.what}: command of {size} bytes > {max_bytes}")
         return command, nonce
+
+    def resend(self, scripts: protocol.Scripts, response: ExecuteResponse, nonce: str) -> bool:
+        return self.script.resend(scripts, response, nonce)  # the script took over, with this nonce
 
     def decode(self, response: ExecuteResponse, nonce: str) -> ShellReply:
         output = response.output

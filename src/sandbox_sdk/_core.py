@@ -169,8 +169,12 @@ class SandboxCore(SandboxHandle):
     operation_timeout: float = 120.0
     #: Directory in the sandbox for scratch files: directory archives, and
     #: ``run`` stdin or ``edit`` texts too large for one command (not beside the
-    #: target: staging creates parents, and an edit must not).
+    #: target: staging creates parents, and an edit must not); the in-sandbox
+    #: scripts are installed there too (docs/protocol.md).
     scratch_dir: str = "/tmp"
+    #: :class:`~sandbox_sdk.protocol.Scripts` ``.known`` by scratch directory,
+    #: made by the first round trip.
+    _installed_scripts: dict[str, dict[str, bool]]
     #: Round trips a chunked transfer keeps in flight at once (sync and async).
     #: Eight hides a cloud round trip behind the next seven: under a 96 KiB
     #: command cap at 80 ms latency, 6x the throughput of one at a time for
@@ -249,18 +253,31 @@ class SandboxCore(SandboxHandle):
             return errors.SandboxTimeoutError(f"{call.what} timed out: {exc}")
         return errors.SandboxRuntimeError(f"{call.what}: the provider failed: {type(exc).__name__}: {exc}")
 
+    def _scripts(self) -> protocol.Scripts:
+        """What this client has seen of the scripts installed in ``scratch_dir``."""
+        try:
+            known = self._installed_scripts
+        except AttributeError:
+            known = self._installed_scripts = {}
+        return protocol.Scripts(self.scratch_dir, known.setdefault(self.scratch_dir, {}))
+
     def _invoke(self, call: Call[R]) -> R:
         """One call: a file operation's round trip gets ``operation_timeout``,
-        a user's command (``execute``, ``run``) its own or the provider's default."""
-        command, nonce = call.command(self.max_command_bytes, self.scratch_dir)
-        started = time.monotonic()
-        try:
-            response = self.execute(command, timeout=call.timeout_or(self.operation_timeout))
-        except Exception as exc:
-            _log_round_trip(call, command, started, exc)
-            raise self._provider_failure(call, exc) from exc
-        _log_round_trip(call, command, started, response)
-        return call.decode(response, nonce)
+        a user's command (``execute``, ``run``) its own or the provider's default.
+        A command that left out a script with no installed copy is sent again
+        (once: the script is then known to be missing)."""
+        scripts = self._scripts()
+        while True:
+            command, nonce = call.command(self.max_command_bytes, scripts)
+            started = time.monotonic()
+            try:
+                response = self.execute(command, timeout=call.timeout_or(self.operation_timeout))
+            except Exception as exc:
+                _log_round_trip(call, command, started, exc)
+                raise self._provider_failure(call, exc) from exc
+            _log_round_trip(call, command, started, response)
+            if not call.resend(scripts, response, nonce):
+                return call.decode(response, nonce)
 
     async def _ainvoke(self, call: Call[R]) -> R:
         if type(self).aexecute is SandboxCore.aexecute:
@@ -269,14 +286,18 @@ class SandboxCore(SandboxHandle):
             # thread, so megabytes of base64 never stall the event loop.
             # A call that only reads is left to finish alone when cancelled.
             return await anyio.to_thread.run_sync(self._invoke, call, abandon_on_cancel=call.interruptible)
-        command, nonce = call.command(self.max_command_bytes, self.scratch_dir)
-        started = time.monotonic()
-        try:
-            response = await self.aexecute(command, timeout=call.timeout_or(self.operation_timeout))
-        except Exception as exc:
-            _log_round_trip(call, command, started, exc)
-            raise self._provider_failure(call, exc) from exc
-        _log_round_trip(call, command, started, response)
+        scripts = self._scripts()
+        while True:
+            command, nonce = call.command(self.max_command_bytes, scripts)
+            started = time.monotonic()
+            try:
+                response = await self.aexecute(command, timeout=call.timeout_or(self.operation_timeout))
+            except Exception as exc:
+                _log_round_trip(call, command, started, exc)
+                raise self._provider_failure(call, exc) from exc
+            _log_round_trip(call, command, started, response)
+            if not call.resend(scripts, response, nonce):
+                break
         if len(response.output) > LOOP_DECODE_LIMIT:
             # A chunk of a download is megabytes of base64: decoded on a worker
             # thread, as the threaded path does, not on the event loop.

@@ -280,19 +280,65 @@ def _without_unused_definitions(tree: ast.Module) -> ast.Module:
     return tree
 
 
+#: Printed, with the nonce, by :data:`MISSING`.
+NO_SCRIPT_MARKER = f"{FRAME_MARKER}_NO_SCRIPT"
+#: Run by :data:`BOOTSTRAP` in place of :data:`INSTALL` in a command that left
+#: the script out (:class:`Scripts`) when there is no usable installed copy:
+#: it says so, before the script has started, so the command may be sent again
+#: in full. Its argument: the nonce.
+MISSING = f'print("{NO_SCRIPT_MARKER}",sys.argv[5])'
+
+
+@dataclass(frozen=True)
+class Scripts:
+    """Where a sandbox's scripts are installed (``scratch_dir``) and what its
+    client has seen of them: ``known`` maps a module to ``True`` once a command
+    that carried the script ran it (and so installed it, if it could), to
+    ``False`` once an installed copy was missing. A command leaves out the
+    script known to be installed (5-9 KB fewer bytes, 0.4 ms less CPU time in
+    the sandbox); a missing copy costs one more round trip, and then the
+    script is always sent for that client (a read-only ``scratch_dir`` costs
+    that round trip once per script)."""
+
+    scratch_dir: str
+    known: dict[str, bool]
+
+    def omits(self, module: str) -> bool:
+        """Whether a command of ``module`` may leave the script out."""
+        return self.known.get(module, False)
+
+    def resend(self, module: str, response: ExecuteResponse, nonce: str) -> bool:
+        """Learn from ``response`` to a command of ``module``; whether it must
+        be sent again in full (it left the script out, and there was none:
+        only :data:`MISSING` prints the marker with this command's nonce)."""
+        if f"{NO_SCRIPT_MARKER} {nonce}" in response.output:
+            self.known[module] = False
+            return True
+        if module not in self.known and _find_frame(response.output, nonce) is not None:
+            self.known[module] = True
+        return False
+
+
 def build_command(
-    module: str, args: Mapping[str, Any], blobs: Sequence[bytes] = (), *, scratch_dir: str
+    module: str,
+    args: Mapping[str, Any],
+    blobs: Sequence[bytes] = (),
+    *,
+    scratch_dir: str,
+    omit_script: bool = False,
 ) -> tuple[str, str]:
     """The shell command for one operation and the nonce its frame must carry.
 
     ``scratch_dir`` (the provider's, never a caller's value) holds the
-    installed scripts (see :data:`BOOTSTRAP`)."""
+    installed scripts (see :data:`BOOTSTRAP`); with ``omit_script`` the
+    command carries :data:`MISSING` instead of the script."""
     nonce = secrets.token_hex(16)
     header = json.dumps({**args, "nonce": nonce}, separators=(",", ":")).encode("utf-8")
     delimiter = f"SBX_{nonce}"
     check = f"command -v python3 >/dev/null 2>&1 || {{ echo {NO_PYTHON_MARKER} {nonce}; exit 127; }}"
     script = shipped(module)
-    argv = f"{shlex.quote(scratch_dir)} {script.name} {script.crc} {shlex.quote(INSTALL)} {script.packed}"
+    fallback = f"{shlex.quote(MISSING)} {nonce}" if omit_script else f"{shlex.quote(INSTALL)} {script.packed}"
+    argv = f"{shlex.quote(scratch_dir)} {script.name} {script.crc} {fallback}"
     lines = [f"{check}; {PYTHON} -c {shlex.quote(BOOTSTRAP)} {argv} <<'{delimiter}'", _b64(header)]
     lines.extend(_b64(blob) for blob in blobs)
     lines.extend([delimiter, ""])
