@@ -16,3 +16,23 @@ def local(tmp_path: Path) -> Iterator[LocalSandbox]:
     root = tmp_path / "sandbox"
     root.mkdir()
     yield LocalSandbox(root)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a pytest-xdist worker (``scripts/test -n N``, with ``--dist loadfile
+    --no-loadscope-reorder``: a file's tests stay on one worker, so its module fixtures are
+    set up once, and files go to idle workers in collection order), order the files: mostly
+    ``slow`` ones first (the packaging test builds wheels and venvs for minutes; started
+    last, it alone would be the tail), then by number of tests, most first (the conformance
+    suites: the longest). A run in one process keeps pytest's order."""
+    if not hasattr(config, "workerinput"):
+        return
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.partition("::")[0], []).append(item)
+
+    def cost(tests: list[pytest.Item]) -> tuple[bool, int]:
+        slow = sum(1 for test in tests if test.get_closest_marker("slow"))
+        return (2 * slow <= len(tests), -len(tests))
+
+    items[:] = [item for tests in sorted(files.values(), key=cost) for item in tests]

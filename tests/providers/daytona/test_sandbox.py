@@ -130,7 +130,7 @@ async def test_async_operations_use_the_native_async_client(
         await sandbox.aexecute("true")
 
 
-STATUS_COMMANDS = {"exit 3": 3, "kill -TERM $$": 143, "kill -KILL $$": 137, "sleep 5 & kill -TERM $$": 143}
+STATUS_COMMANDS = {"exit 3": 3, "kill -TERM $$": 143, "kill -KILL $$": 137, "sleep 1 & kill -TERM $$": 143}
 
 
 @pytest.mark.parametrize("server", ["daytona_server", "legacy_daytona_server"])
