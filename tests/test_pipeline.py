@@ -41,26 +41,48 @@ class Raw(Call[ExecuteResponse]):
         return response
 
 
+#: Longest a delayed call waits for the window to fill (see ``TimedSandbox``).
+FILL_SECONDS = 5.0
+
+
 class TimedSandbox(LimitedSandbox):
     """Small limits; call ``n`` (1-based) sleeps ``delays[n]`` before it runs,
-    or raises if ``n`` is in ``failures``; every call's span is recorded."""
+    or raises if ``n`` is in ``failures``; every call's span is recorded.
+
+    ``calls_in_flight`` counts ``execute`` calls begun and not returned. A
+    delayed call first waits (up to ``FILL_SECONDS``) until as many calls as
+    the window holds are in flight: a pipeline that keeps its window full gets
+    there as soon as its threads start, however loaded the machine, and one
+    that does not never does, so ``max_calls_in_flight`` falls short."""
 
     def __init__(self, local: LocalSandbox, delays: dict[int, float], failures: frozenset[int] = frozenset()):
         super().__init__(local, max_command_bytes=SMALL_COMMAND_BYTES, max_output_bytes=SMALL_OUTPUT_BYTES)
         self.delays = delays
         self.failures = failures
         self.spans: dict[int, tuple[float, float]] = {}
+        self.calls_in_flight = 0
+        self.max_calls_in_flight = 0
+        self.window_filled = threading.Event()
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
         number = self._count()
+        with self._lock:
+            self.calls_in_flight += 1
+            self.max_calls_in_flight = max(self.max_calls_in_flight, self.calls_in_flight)
+            if self.calls_in_flight >= self.transfer_concurrency:
+                self.window_filled.set()
         started = time.monotonic()
         try:
+            if number in self.delays:
+                self.window_filled.wait(FILL_SECONDS)
             time.sleep(self.delays.get(number, 0.0))
             if number in self.failures:
                 raise InjectedFault(f"call {number} failed")
             return self._run(command, timeout)
         finally:
             self.spans[number] = (started, time.monotonic())
+            with self._lock:
+                self.calls_in_flight -= 1
 
 
 def slow_early_calls(count: int = 12) -> dict[int, float]:
@@ -72,14 +94,14 @@ def test_sync_download_keeps_the_window_full_and_reassembles_in_order(local: Loc
     (local.root_dir / "big.bin").write_bytes(DATA)
     sandbox = TimedSandbox(local, slow_early_calls())
     assert sandbox.read_bytes("big.bin") == DATA
-    assert sandbox.max_in_flight == sandbox.transfer_concurrency
+    assert sandbox.max_calls_in_flight == sandbox.transfer_concurrency
 
 
 def test_sync_upload_keeps_the_window_full_and_commits_last(local: LocalSandbox) -> None:
     sandbox = TimedSandbox(local, slow_early_calls())
     assert sandbox.upload_files([("big.bin", DATA)])[0].error is None
     assert (local.root_dir / "big.bin").read_bytes() == DATA
-    assert sandbox.max_in_flight == sandbox.transfer_concurrency
+    assert sandbox.max_calls_in_flight == sandbox.transfer_concurrency
     last = max(sandbox.spans)
     assert all(end <= sandbox.spans[last][0] for n, (_, end) in sandbox.spans.items() if n != last)
 
@@ -88,7 +110,7 @@ async def test_async_download_reassembles_in_order(local: LocalSandbox) -> None:
     (local.root_dir / "big.bin").write_bytes(DATA)
     sandbox = TimedSandbox(local, slow_early_calls())
     assert await sandbox.aread_bytes("big.bin") == DATA
-    assert sandbox.max_in_flight == sandbox.transfer_concurrency
+    assert sandbox.max_calls_in_flight == sandbox.transfer_concurrency
 
 
 def test_a_window_of_one_runs_calls_one_by_one_without_threads(
