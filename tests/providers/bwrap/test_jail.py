@@ -191,6 +191,15 @@ def test_reap_and_expiry_end_the_jail(provider: BwrapProvider) -> None:
     eventually(lambda: processes_in(expiring_namespace) == [], "the expired jail still runs")
 
 
+def test_an_expired_jail_that_runs_nothing_but_its_server_ends(provider: BwrapProvider) -> None:
+    """Nothing is left to kill but the server (bwrap's PID 1 is no target of
+    ``kill(-1)``, which then fails): the jail still ends, not its expiry watch."""
+    expiring = provider.create(idle_timeout=2)
+    shell(expiring, "true")
+    namespace = namespace_of(jail_pid(provider, expiring))
+    eventually(lambda: processes_in(namespace) == [], "the expired idle jail still runs")
+
+
 async def test_a_cancelled_command_is_killed_before_the_cancellation_returns(sandbox: BwrapSandbox) -> None:
     with anyio.move_on_after(1) as scope:
         await sandbox.aexecute("echo $$ > pid; sleep 30; echo late > late", timeout=60)

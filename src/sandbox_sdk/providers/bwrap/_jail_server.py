@@ -280,7 +280,9 @@ def watch(
     starts it again)."""
     while not server.idle_and_empty():
         if expired(expires_at, idle_timeout, usage_fd):
-            os.kill(-1, signal.SIGKILL)
+            # bwrap's PID 1 is no target of kill(-1): with nothing else left, it fails
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(-1, signal.SIGKILL)
             break
         time.sleep(EXPIRY_CHECK_SECONDS)
     os._exit(0)
