@@ -8,11 +8,16 @@ namespace."""
 from __future__ import annotations
 
 import gc
+import itertools
+import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -257,3 +262,45 @@ def test_an_idle_empty_jail_ends_and_the_next_command_starts_another(
     assert len(processes_in(busy_namespace)) == 3  # kept: a process runs in it
     assert shell(empty, "echo again") == "again\n"
     assert jail_pid(provider, empty) != first
+
+
+def test_a_connection_broken_before_the_start_is_sent_again_after_a_pause(tmp_path: Path) -> None:
+    """A jail that breaks connections before it says it started the command
+    (as one under CPU load now and then does, several in a row): the client
+    sends again, pausing longer each time, and the command runs once."""
+    directory = tmp_path / "jail"
+    directory.mkdir()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(directory / _jail.SOCKET_FILE))
+    listener.listen(8)
+    broken = _jail.SEND_ATTEMPTS - 1
+    arrivals: list[float] = []
+    commands: list[str] = []
+
+    def serve() -> None:
+        for number in range(_jail.SEND_ATTEMPTS):
+            conn, _ = listener.accept()
+            with conn:
+                arrivals.append(time.monotonic())
+                if number < broken:
+                    continue  # closed before the request is read
+                (length,) = struct.unpack(">I", conn.recv(4, socket.MSG_WAITALL))
+                commands.append(json.loads(conn.recv(length, socket.MSG_WAITALL))["command"])
+                for kind, payload in (
+                    (b"s", b""),
+                    (b"o", b"ran\n"),
+                    (b"x", b'{"exit_code": 0, "timed_out": false, "truncated": false}'),
+                ):
+                    conn.sendall(struct.pack(">cI", kind, len(payload)) + payload)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    client = _jail.JailClient(None, None, directory, _jail.Expiry())  # type: ignore[arg-type]  # never starts a jail here
+    response = client.run("echo ran", (), env={}, timeout=PATIENCE, max_output_bytes=1024)
+    server.join(PATIENCE)
+    listener.close()
+    assert (response.output, response.exit_code) == ("ran\n", 0)
+    assert commands == ["echo ran"]
+    pauses = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
+    assert len(pauses) == broken
+    assert all(pause >= _jail.RESEND_PAUSE_SECONDS * 2**n * 0.9 for n, pause in enumerate(pauses))

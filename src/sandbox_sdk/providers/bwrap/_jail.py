@@ -56,6 +56,14 @@ KILL_SECONDS = 5.0
 #: How often a blocked client looks at its cancel flag.
 CANCEL_POLL_SECONDS = 0.1
 LOG_TAIL_BYTES = 2000
+#: Tries of a command whose connection broke before the jail said it started
+#: it (a resend is safe then), the pause after each doubling from
+#: ``RESEND_PAUSE_SECONDS``. Under CPU load, a connection now and then breaks
+#: before the server has accepted it, twice in a row within milliseconds
+#: (cause not found: the server is alive and logs nothing); a pause lets the
+#: next one through.
+SEND_ATTEMPTS = 5
+RESEND_PAUSE_SECONDS = 0.01
 #: A jail with no command for this long and no process left but its server
 #: ends by itself (a sandbox nobody deletes keeps no idle server); the next
 #: command starts a new one.
@@ -115,7 +123,9 @@ class JailClient:
             ensure_ascii=False,
         ).encode("utf-8", "surrogateescape")
         data = HEADER.pack(len(request)) + request
-        for _attempt in range(2):
+        for attempt in range(SEND_ATTEMPTS):
+            if attempt:
+                time.sleep(RESEND_PAUSE_SECONDS * 2 ** (attempt - 1))
             with self._connect() as conn:
                 reader = _FrameReader(conn, time.monotonic() + timeout + REPLY_GRACE_SECONDS, cancelled)
                 try:
@@ -142,7 +152,9 @@ class JailClient:
                 except BaseException:
                     self._kill(conn, reader)
                     raise
-        raise errors.SandboxRuntimeError(f"the sandbox's jail refused the command twice: {self.log_tail()}")
+        raise errors.SandboxRuntimeError(
+            f"the sandbox's jail refused the command {SEND_ATTEMPTS} times: {self.log_tail()}"
+        )
 
     @staticmethod
     def _reply(reader: _FrameReader, first: tuple[bytes, bytes], max_output_bytes: int) -> ExecuteResponse:
