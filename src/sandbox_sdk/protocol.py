@@ -414,18 +414,6 @@ class LazyBlob:
             raise errors.SandboxRuntimeError(f"{self.what}: a result blob does not decode") from None
 
 
-def passthrough_result(response: ExecuteResponse, nonce: str, what: str) -> ExecuteResponse:
-    """For scripts that become the user's command: a frame means set-up failed."""
-    frame = _find_frame(response.output, nonce)
-    if frame is not None:
-        body, _ = frame
-        error = body.get("error")
-        raise error_from(error if isinstance(error, dict) else {}, what)
-    if _python_missing(response, nonce):
-        raise _no_frame_error(response, nonce, what)
-    return response
-
-
 def _python_missing(response: ExecuteResponse, nonce: str) -> bool:
     return response.exit_code == 127 and f"{NO_PYTHON_MARKER} {nonce}" in response.output
 
