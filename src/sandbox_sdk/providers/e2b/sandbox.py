@@ -740,7 +740,7 @@ class E2BSandbox(BaseSandbox):
             return await super()._aperform(request)
         await self._aextend_if_due()
         with request.errors():
-            if not (request.waits_on_command and self.lifetime is not None):
+            if not self._needs_keep_alive(request):
                 return await request.call(self.sdk_async_sandbox)
             return await self._akept_alive(request.call(self.sdk_async_sandbox))
 
@@ -754,13 +754,17 @@ class E2BSandbox(BaseSandbox):
             with self._extending(extension):
                 await extension.call(self.sdk_async_sandbox)
 
+    def _needs_keep_alive(self, request: SdkCall) -> bool:
+        """Whether ``request`` waits on a running command of a sandbox with an idle lifetime."""
+        return request.waits_on_command and self.lifetime is not None
+
     @contextlib.contextmanager
     def _kept_alive(self, request: SdkCall) -> Iterator[None]:
         """While ``request`` waits on a running command, a thread extends the
         deadline when due: E2B's deadline does not move on use, so without it a
         command silent for longer than the idle timeout would be killed with
         its sandbox."""
-        if not (request.waits_on_command and self.lifetime is not None):
+        if not self._needs_keep_alive(request):
             yield
             return
         stop = threading.Event()
