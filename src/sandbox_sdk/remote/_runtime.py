@@ -13,15 +13,21 @@ from __future__ import annotations
 
 import binascii
 import errno
-import os
+import posix
 import stat
 import sys
 
 # Every import costs every round trip its start-up time, so the scripts
 # import only what they use: no ``typing`` (names for the type checker
 # only; the shipped script has no annotations), no ``base64`` or
-# ``contextlib``, ``hashlib`` only where a digest is taken, and not even
-# ``json`` where CPython's accelerator can be used directly (see json_codec).
+# ``contextlib``, ``hashlib`` only where a digest is taken, not even
+# ``json`` where CPython's accelerator can be used directly (see json_codec),
+# and no ``os``: its system calls are ``posix``'s own (built in, loaded before
+# any script runs), and its Python part (``os.path``, ``_collections_abc``
+# for ``os.environ``) costs a round trip about 0.8 ms, a tenth of an
+# interpreter's start. The few path helpers the scripts need are below;
+# what only a rare path needs (``os.makedirs``, ``os.path.realpath``,
+# ``os.execvpe``) imports ``os`` where it is used.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import (
@@ -184,8 +190,77 @@ def _as_bytes(name: Any) -> Optional[bytes]:
     if isinstance(name, bytes):
         return name
     if isinstance(name, str):
-        return os.fsencode(name)
+        return fsencode(name)
     return None
+
+
+# -- what the scripts need of ``os`` and ``os.path`` (on POSIX, as they do it) ----------
+
+DEV_NULL = b"/dev/null"
+SEEK_SET = 0
+
+
+def fsencode(name: str) -> bytes:
+    """``os.fsencode(name)``."""
+    return name.encode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
+
+
+def fsdecode(name: bytes) -> str:
+    """``os.fsdecode(name)``."""
+    return name.decode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
+
+
+def dirname(path: bytes) -> bytes:
+    """``os.path.dirname(path)``."""
+    head = path[: path.rfind(b"/") + 1]
+    if head and head != b"/" * len(head):
+        head = head.rstrip(b"/")
+    return head
+
+
+def basename(path: bytes) -> bytes:
+    """``os.path.basename(path)``."""
+    return path[path.rfind(b"/") + 1 :]
+
+
+def join(parent: bytes, name: bytes) -> bytes:
+    """``os.path.join(parent, name)``."""
+    if name.startswith(b"/") or not parent:
+        return name
+    return parent + name if parent.endswith(b"/") else parent + b"/" + name
+
+
+def mode_of(path: bytes, follow_symlinks: bool = True) -> int:
+    """``path``'s ``st_mode``, 0 if it cannot be had (as ``os.path``'s
+    predicates treat a path they cannot ``stat``)."""
+    try:
+        return posix.stat(path, follow_symlinks=follow_symlinks).st_mode
+    except (OSError, ValueError):
+        return 0
+
+
+def is_dir(path: bytes) -> bool:
+    """``os.path.isdir(path)``."""
+    return stat.S_ISDIR(mode_of(path))
+
+
+def is_file(path: bytes) -> bool:
+    """``os.path.isfile(path)``."""
+    return stat.S_ISREG(mode_of(path))
+
+
+def is_link(path: bytes) -> bool:
+    """``os.path.islink(path)``."""
+    return stat.S_ISLNK(mode_of(path, follow_symlinks=False))
+
+
+def lexists(path: bytes) -> bool:
+    """``os.path.lexists(path)``."""
+    try:
+        posix.lstat(path)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def file_type(mode: int) -> FileType:
@@ -198,7 +273,7 @@ def file_type(mode: int) -> FileType:
     return "other"
 
 
-def entry(path: bytes, st: os.stat_result) -> Entry:
+def entry(path: bytes, st: posix.stat_result) -> Entry:
     return {
         "path": b64(path),
         "type": file_type(st.st_mode),
@@ -208,7 +283,7 @@ def entry(path: bytes, st: os.stat_result) -> Entry:
     }
 
 
-def listing(items: List[Tuple[bytes, os.stat_result]]) -> bytes:
+def listing(items: List[Tuple[bytes, posix.stat_result]]) -> bytes:
     """Entries (of ``ls`` and ``glob``) as one zlib-compressed blob: a line
     of JSON columns, ``sizes``, ``mtimes`` (as ``st_mtime_ns``: integers
     encode at a fifth of a float's cost) and ``modes`` (the whole
@@ -227,7 +302,9 @@ def listing(items: List[Tuple[bytes, os.stat_result]]) -> bytes:
     return zlib.compress(b"\n".join([head, b"\0".join([path for path, _ in items])]), 1)
 
 
-def fitted_listing(items: List[Tuple[bytes, os.stat_result]], budget: int, least: int) -> Tuple[bytes, int]:
+def fitted_listing(
+    items: List[Tuple[bytes, posix.stat_result]], budget: int, least: int
+) -> Tuple[bytes, int]:
     """The listing of as many of ``items`` (at least ``least``) as fit in
     ``budget`` bytes, and how many that is."""
     count = len(items)
@@ -240,36 +317,40 @@ def fitted_listing(items: List[Tuple[bytes, os.stat_result]], budget: int, least
 
 def open_regular(path: bytes) -> BinaryIO:
     """Open a regular file for reading; never block on a FIFO or a device."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    mode = os.fstat(fd).st_mode
+    fd = posix.open(path, posix.O_RDONLY | posix.O_NONBLOCK | posix.O_CLOEXEC)
+    mode = posix.fstat(fd).st_mode
     if stat.S_ISDIR(mode):
-        os.close(fd)
+        posix.close(fd)
         raise Fail("IS_DIRECTORY", "is a directory", path)
     if not stat.S_ISREG(mode):
-        os.close(fd)
+        posix.close(fd)
         raise Fail("INVALID_ARGUMENT", "not a regular file", path)
-    return os.fdopen(fd, "rb")
+    return open(fd, "rb")
 
 
 def temp_name(dest: bytes, token: str) -> bytes:
     """The staging file for ``dest``: hidden, in the same directory (so the
     final rename is atomic), short enough for any valid ``dest``."""
-    parent = os.path.dirname(dest)
+    parent = dirname(dest)
     name = b".sbx-" + token.encode("ascii") + b".tmp"
-    return os.path.join(parent, name) if parent else name
+    return join(parent, name) if parent else name
 
 
 def resolve_target(dest: bytes) -> bytes:
     """Writes go through a symlink to its target, as ``open()`` would."""
-    return os.path.realpath(dest) if os.path.islink(dest) else dest
+    if not is_link(dest):
+        return dest
+    import os  # only here: see the imports above
+
+    return os.path.realpath(dest)
 
 
-def check_destination(dest: bytes, overwrite: bool) -> Optional[os.stat_result]:
+def check_destination(dest: bytes, overwrite: bool) -> Optional[posix.stat_result]:
     """Fail early if ``dest`` cannot be (re)placed: a directory, an existing
     file without ``overwrite``, or one the user may not write. Return its stat
     if it exists."""
     try:
-        st = os.stat(dest)
+        st = posix.stat(dest)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -278,17 +359,19 @@ def check_destination(dest: bytes, overwrite: bool) -> Optional[os.stat_result]:
         raise Fail("IS_DIRECTORY", "destination is a directory", dest)
     if not overwrite:
         raise Fail("ALREADY_EXISTS", "file already exists (pass overwrite=True to replace it)", dest)
-    if not os.access(dest, os.W_OK):
+    if not posix.access(dest, posix.W_OK):
         # The rename would need only the directory's permission; replacing a
         # file the user may not write is refused as writing it in place would
-        # be. ``os.access`` asks the kernel, so root passes as it would there.
+        # be. ``posix.access`` asks the kernel, so root passes as it would there.
         raise Fail("PERMISSION_DENIED", "no permission to write the file", dest)
     return st
 
 
 def make_parents(dest: bytes) -> None:
-    parent = os.path.dirname(dest)
-    if parent:
+    parent = dirname(dest)
+    if parent and not is_dir(parent):
+        import os  # only where a directory is missing
+
         try:
             os.makedirs(parent, exist_ok=True)
         except FileExistsError:
@@ -298,14 +381,14 @@ def make_parents(dest: bytes) -> None:
 
 
 def write_new(tmp: bytes, data: bytes) -> None:
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    fd = posix.open(tmp, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_CLOEXEC, 0o666)
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+            view = view[posix.write(fd, view) :]
+        posix.fsync(fd)
     finally:
-        os.close(fd)
+        posix.close(fd)
 
 
 def commit(tmp: bytes, dest: bytes, overwrite: bool) -> None:
@@ -317,16 +400,16 @@ def commit(tmp: bytes, dest: bytes, overwrite: bool) -> None:
     try:
         st = check_destination(dest, overwrite)
         if st is not None:
-            os.chmod(tmp, stat.S_IMODE(st.st_mode))
-            os.rename(tmp, dest)
+            posix.chmod(tmp, stat.S_IMODE(st.st_mode))
+            posix.rename(tmp, dest)
         else:
             try:
-                os.link(tmp, dest)
+                posix.link(tmp, dest)
             except FileExistsError:
                 if not overwrite:
                     raise Fail("ALREADY_EXISTS", "file already exists", dest) from None
-                os.rename(tmp, dest)
-        sync_dir(os.path.dirname(dest) or b".")
+                posix.rename(tmp, dest)
+        sync_dir(dirname(dest) or b".")
     except OSError as exc:
         raise fail_from_oserror(exc, dest) from None
     finally:
@@ -335,15 +418,15 @@ def commit(tmp: bytes, dest: bytes, overwrite: bool) -> None:
 
 def sync_dir(path: bytes) -> None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = posix.open(path, posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC)
     except OSError:
         return
     try:
-        os.fsync(fd)
+        posix.fsync(fd)
     except OSError:
         pass
     finally:
-        os.close(fd)
+        posix.close(fd)
 
 
 def sweep_stale(directory: bytes, now: float) -> None:
@@ -354,7 +437,7 @@ def sweep_stale(directory: bytes, now: float) -> None:
     import for it)."""
     cutoff = now - STALE_SECONDS
     try:
-        with os.scandir(directory or b".") as entries:
+        with posix.scandir(directory or b".") as entries:
             stale = [
                 e.path
                 for e in entries
@@ -370,16 +453,16 @@ def sweep_stale(directory: bytes, now: float) -> None:
 
 def find_program(name: bytes) -> Optional[bytes]:
     """``name``'s executable on ``PATH`` (``shutil.which`` would cost an import)."""
-    for folder in os.environb.get(b"PATH", b"").split(b":"):
-        candidate = os.path.join(folder or b".", name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+    for folder in posix.environ.get(b"PATH", b"").split(b":"):
+        candidate = join(folder or b".", name)
+        if is_file(candidate) and posix.access(candidate, posix.X_OK):
             return candidate
     return None
 
 
 def remove_quietly(path: bytes) -> None:
     try:  # noqa: SIM105 - contextlib would cost every round trip an import
-        os.unlink(path)
+        posix.unlink(path)
     except OSError:
         pass
 
@@ -396,14 +479,14 @@ class DirLock:
     neither can be had the operation fails: it never runs unlocked."""
 
     def __init__(self, path: bytes) -> None:
-        self.path = os.path.dirname(path) or b"."
+        self.path = dirname(path) or b"."
         self.fd = -1
 
     def __enter__(self) -> "DirLock":
         import fcntl
 
         try:
-            self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            self.fd = posix.open(self.path, posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC)
         except (FileNotFoundError, NotADirectoryError):
             return self  # no directory to write in: the operation reports it
         except PermissionError:
@@ -414,15 +497,17 @@ class DirLock:
     def _open_stand_in(self) -> int:
         """The lock file standing for an unreadable directory."""
         try:
-            st = os.stat(self.path)
-            private = LOCK_DIR % os.geteuid()
+            st = posix.stat(self.path)
+            private = LOCK_DIR % posix.geteuid()
+            import os  # only for an unreadable directory
+
             os.makedirs(private, 0o700, exist_ok=True)
-            own = os.lstat(private)
-            if not stat.S_ISDIR(own.st_mode) or own.st_uid != os.geteuid():
+            own = posix.lstat(private)
+            if not stat.S_ISDIR(own.st_mode) or own.st_uid != posix.geteuid():
                 raise PermissionError(errno.EACCES, "not a private directory", private)
             name = b"%x-%x" % (st.st_dev, st.st_ino)
-            flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-            return os.open(os.path.join(private, name), flags, 0o600)
+            flags = posix.O_RDONLY | posix.O_CREAT | posix.O_NOFOLLOW | posix.O_CLOEXEC
+            return posix.open(join(private, name), flags, 0o600)
         except OSError as exc:
             raise Fail(
                 "PERMISSION_DENIED",
@@ -432,7 +517,7 @@ class DirLock:
 
     def __exit__(self, *exc: object) -> None:
         if self.fd >= 0:
-            os.close(self.fd)  # closing releases the lock
+            posix.close(self.fd)  # closing releases the lock
 
 
 # -- glob patterns (glob, and grep's file filter) --------------------------------
@@ -589,9 +674,9 @@ ARGV_COMMAND_BYTES = 96 * 1024
 
 
 def exit_status(status: int) -> int:
-    if os.WIFSIGNALED(status):
-        return 128 + os.WTERMSIG(status)
-    return os.WEXITSTATUS(status)
+    if posix.WIFSIGNALED(status):
+        return 128 + posix.WTERMSIG(status)
+    return posix.WEXITSTATUS(status)
 
 
 def prepare(args: Args, blobs: Blobs) -> Tuple[Program, Dict[bytes, bytes], int]:
@@ -603,25 +688,25 @@ def prepare(args: Args, blobs: Blobs) -> Tuple[Program, Dict[bytes, bytes], int]
         path = unb64(args["program"])
         with open(path, "rb") as staged:
             args = dict(args, **json_loads(staged.read().decode("ascii")))
-        os.unlink(path)
+        posix.unlink(path)
     if args.get("cwd") is not None:
         cwd = unb64(args["cwd"])
         check_path(cwd)
-        os.chdir(cwd)
-    env = dict(os.environb)
+        posix.chdir(cwd)
+    env = dict(posix.environ)  # bytes on POSIX, as os.environb
     for key, value in args.get("env", {}).items():
         env[unb64(key)] = unb64(value)
     stdin = args.get("stdin")
     if isinstance(stdin, int):
         fd = memory_file("stdin")
         write_all(fd, blobs[stdin])
-        os.lseek(fd, 0, os.SEEK_SET)
+        posix.lseek(fd, 0, SEEK_SET)
     elif isinstance(stdin, str):  # staged earlier because it was too large for the command
         path = unb64(stdin)
-        fd = os.open(path, os.O_RDONLY)
-        os.unlink(path)
+        fd = posix.open(path, posix.O_RDONLY)
+        posix.unlink(path)
     else:
-        fd = os.open(os.devnull, os.O_RDONLY)
+        fd = posix.open(DEV_NULL, posix.O_RDONLY)
     program = [unb64(arg) for arg in args["argv"]] if "argv" in args else unb64(args["command"])
     return program, env, fd
 
@@ -642,20 +727,20 @@ def shown(program: Program) -> bytes:
 
 def memory_file(name: str) -> int:
     """An anonymous file: in memory where the kernel has ``memfd_create``."""
-    return os.memfd_create(name) if hasattr(os, "memfd_create") else anonymous_file()
+    return posix.memfd_create(name) if hasattr(posix, "memfd_create") else anonymous_file()
 
 
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view) :]
+        view = view[posix.write(fd, view) :]
 
 
 def anonymous_file() -> int:
     import tempfile
 
     fd, path = tempfile.mkstemp()
-    os.unlink(path)
+    posix.unlink(path)
     return fd
 
 
@@ -665,6 +750,7 @@ def launch(program: Program, env: Dict[bytes, bytes], fds: List[int], group: int
     group of its own); a failed exec is a ``Fail``: for an argument vector,
     ``PERMISSION_DENIED`` or ``NOT_FOUND`` as its errno says."""
     import errno
+    import os  # for os.execvpe, its search of PATH as the shell does it
     import signal
 
     command = program if isinstance(program, bytes) else b""
@@ -673,18 +759,18 @@ def launch(program: Program, env: Dict[bytes, bytes], fds: List[int], group: int
         source = memory_file("command")
         write_all(source, b"exec %d<&-; " % source)
         write_all(source, command)
-        os.lseek(source, 0, os.SEEK_SET)
+        posix.lseek(source, 0, SEEK_SET)
         script = b". /dev/fd/%d" % source
-    report_r, report_w = os.pipe()
-    pid = os.fork()
+    report_r, report_w = posix.pipe()
+    pid = posix.fork()
     if pid == 0:
         try:
-            os.close(report_r)
-            os.setpgid(0, group)
+            posix.close(report_r)
+            posix.setpgid(0, group)
             for target, fd in enumerate(fds):
-                os.dup2(fd, target)
+                posix.dup2(fd, target)
             if script is not command:
-                os.set_inheritable(source, True)
+                posix.set_inheritable(source, True)
             for number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):  # Python ignores the first two
                 signal.signal(number, signal.SIG_DFL)
             if isinstance(program, list):
@@ -692,36 +778,36 @@ def launch(program: Program, env: Dict[bytes, bytes], fds: List[int], group: int
             os.execvpe(b"bash", [b"bash", b"-c", script], env)
         except BaseException as exc:  # noqa: BLE001 - reported to the parent, then this copy ends
             reason = getattr(exc, "errno", None) or 0
-            message = os.strerror(reason) if reason else str(exc)
-            os.write(report_w, b"%d %s" % (reason, message.encode("utf-8", "replace")))
+            message = posix.strerror(reason) if reason else str(exc)
+            posix.write(report_w, b"%d %s" % (reason, message.encode("utf-8", "replace")))
         finally:
-            os._exit(127)
-    os.close(report_w)
+            posix._exit(127)
+    posix.close(report_w)
     if script is not command:
-        os.close(source)
+        posix.close(source)
     join_group(pid, group or pid)  # also here, so the group exists whichever runs first
-    failure = os.read(report_r, 4096)
-    os.close(report_r)
+    failure = posix.read(report_r, 4096)
+    posix.close(report_r)
     if failure:
-        os.waitpid(pid, 0)
+        posix.waitpid(pid, 0)
         reason, _, message = failure.decode("utf-8", "replace").partition(" ")
         if isinstance(program, bytes):
             raise Fail("NOT_FOUND", "cannot start bash: %s" % message)
         code = "PERMISSION_DENIED" if int(reason) in (errno.EACCES, errno.EPERM) else "NOT_FOUND"
-        raise Fail(code, "cannot run %s: %s" % (os.fsdecode(program[0]), message), program[0])
+        raise Fail(code, "cannot run %s: %s" % (fsdecode(program[0]), message), program[0])
     return pid
 
 
 def join_group(pid: int, group: int) -> None:
     try:  # noqa: SIM105 - contextlib would cost every round trip an import
-        os.setpgid(pid, group)
+        posix.setpgid(pid, group)
     except OSError:
         pass  # the child did it itself, and may have exec'd since
 
 
 def kill_group(group: int, number: int) -> None:
     try:  # noqa: SIM105 - as above
-        os.killpg(group, number)
+        posix.killpg(group, number)
     except OSError:
         pass  # nothing of the group is left
 
@@ -731,9 +817,9 @@ def child_wakeups() -> int:
     ``poll`` wakes at the exit instead of at its next timeout."""
     import signal
 
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
+    wake_r, wake_w = posix.pipe()
+    posix.set_blocking(wake_r, False)
+    posix.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda number, frame: None)
     signal.set_wakeup_fd(wake_w)
     return wake_r
@@ -741,17 +827,17 @@ def child_wakeups() -> int:
 
 def drain(fd: int) -> None:
     try:
-        while os.read(fd, 4096):
+        while posix.read(fd, 4096):
             pass
     except BlockingIOError:
         pass
 
 
 def to_null(*targets: int) -> None:
-    null = os.open(os.devnull, os.O_RDWR)
+    null = posix.open(DEV_NULL, posix.O_RDWR)
     for target in targets:
-        os.dup2(null, target)
-    os.close(null)
+        posix.dup2(null, target)
+    posix.close(null)
 
 
 def guard(watched: int, spare: int) -> int:
@@ -759,19 +845,19 @@ def guard(watched: int, spare: int) -> int:
     (whose other end, ``spare``, only the caller holds) and kills its whole
     group once that closes, so a command in the group dies with the caller
     even when the caller is killed. Its pid is the group's id."""
-    pid = os.fork()
+    pid = posix.fork()
     if pid == 0:
         try:
-            os.setpgid(0, 0)
-            os.close(spare)
+            posix.setpgid(0, 0)
+            posix.close(spare)
             to_null(0, 1, 2)
-            while os.read(watched, 1):
+            while posix.read(watched, 1):
                 pass
-            os.killpg(0, 9)  # SIGKILL
+            posix.killpg(0, 9)  # SIGKILL
         finally:
-            os._exit(0)
+            posix._exit(0)
     join_group(pid, pid)
-    os.close(watched)
+    posix.close(watched)
     return pid
 
 
@@ -800,7 +886,7 @@ class Pumps:
         while True:
             now = time.monotonic()
             if self.status is None:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                pid, status = posix.waitpid(self.pid, posix.WNOHANG)
                 if pid:
                     self.status = exit_status(status)
                     self.drain_until = now + DRAIN_SECONDS
@@ -815,19 +901,19 @@ class Pumps:
                 if fd == self.wake:
                     drain(fd)
                     continue
-                data = os.read(fd, READ_BYTES)
+                data = posix.read(fd, READ_BYTES)
                 if data:
                     yield self.open[fd], data
                 else:
                     self.poller.unregister(fd)
                     del self.open[fd]
-                    os.close(fd)
+                    posix.close(fd)
 
     def finish(self, group: int) -> int:
         """Kill what is left of ``group``; the exit status (124 after a timeout)."""
         kill_group(group, 9)  # SIGKILL
         if self.status is None:
-            _, status = os.waitpid(self.pid, 0)
+            _, status = posix.waitpid(self.pid, 0)
             self.status = exit_status(status)
         return TIMEOUT_STATUS if self.timed_out else self.status
 

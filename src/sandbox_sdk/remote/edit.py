@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import posix
 import stat
 
 from sandbox_sdk.remote._runtime import (
@@ -10,6 +10,7 @@ from sandbox_sdk.remote._runtime import (
     DirLock,
     Fail,
     commit,
+    lexists,
     path_arg,
     remove_quietly,
     resolve_target,
@@ -59,7 +60,7 @@ def mark_done(args: Args, count: int) -> None:
 
 def edited(args: Args, blobs: Blobs) -> Tuple[EditedReply, Blobs]:
     """Whether a staged edit whose reply was lost committed, and its count."""
-    if os.path.lexists(unb64(args["old"])):
+    if lexists(unb64(args["old"])):
         return {"replacements": None}, []
     if not args["replace_all"]:
         return {"replacements": 1}, []
@@ -77,7 +78,7 @@ def edit(args: Args, blobs: Blobs) -> Tuple[EditReply, Blobs]:
     if not old:
         raise Fail("INVALID_ARGUMENT", "old text is empty")
     with DirLock(dest):
-        st = os.stat(dest)
+        st = posix.stat(dest)
         if stat.S_ISDIR(st.st_mode):
             raise Fail("IS_DIRECTORY", "is a directory", dest)
         if not stat.S_ISREG(st.st_mode):

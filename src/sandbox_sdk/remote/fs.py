@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
+import posix
 import stat
 import sys
 
-from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, fail_from_oserror, path_arg
+from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, fail_from_oserror, fsencode, is_dir, path_arg
 
 if TYPE_CHECKING:
     from typing import Any, Tuple
@@ -17,12 +17,16 @@ if TYPE_CHECKING:
 def mkdir(args: Args, blobs: Blobs) -> Tuple[Empty, Blobs]:
     path = path_arg(args)
     try:
-        if args["parents"]:
+        try:
+            posix.mkdir(path)
+        except FileNotFoundError:
+            if not args["parents"]:
+                raise
+            import os  # only where a parent is missing
+
             os.makedirs(path, exist_ok=args["exist_ok"])
-        else:
-            os.mkdir(path)
     except FileExistsError:
-        if not os.path.isdir(path):
+        if not is_dir(path):
             raise Fail("ALREADY_EXISTS", "exists and is not a directory", path) from None
         if not args["exist_ok"]:
             raise Fail("ALREADY_EXISTS", "directory already exists", path) from None
@@ -31,22 +35,22 @@ def mkdir(args: Args, blobs: Blobs) -> Tuple[Empty, Blobs]:
 
 def delete(args: Args, blobs: Blobs) -> Tuple[Empty, Blobs]:
     path = path_arg(args)
-    st = os.lstat(path)
+    st = posix.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
-        os.unlink(path)
+        posix.unlink(path)
     elif args["recursive"]:
         import shutil
 
         shutil.rmtree(path, onerror=reraise)
     else:
-        os.rmdir(path)
+        posix.rmdir(path)
     return {}, []
 
 
 def reraise(function: Any, path: Any, info: Any) -> None:
     exc = sys.exc_info()[1]
     if isinstance(exc, OSError):
-        raise fail_from_oserror(exc, os.fsencode(path))
+        raise fail_from_oserror(exc, fsencode(path))
     raise Fail("INTERNAL", "rmtree failed on %r" % path)
 
 

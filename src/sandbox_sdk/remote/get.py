@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import posix
 
 from sandbox_sdk.remote._runtime import (
     TYPE_CHECKING,
@@ -55,7 +55,7 @@ def read_chunk(args: Args, blobs: Blobs) -> Tuple[ChunkReply, Blobs]:
     path = unb64(args["path"])
     check_path(path)
     with open_regular(path) as f:
-        size = os.fstat(f.fileno()).st_size
+        size = posix.fstat(f.fileno()).st_size
         limit = args.get("max_size")
         if limit is not None and size > limit:
             raise Fail(
@@ -88,7 +88,7 @@ def get_many(args: Args, blobs: Blobs) -> Tuple[GetManyReply, Blobs]:
         try:
             check_path(path)
             with open_regular(path) as f:
-                size = os.fstat(f.fileno()).st_size
+                size = posix.fstat(f.fileno()).st_size
                 if size > budget:
                     items.append({"large": size})
                     continue

@@ -7,14 +7,17 @@ could not list or search instead of silently skipping them.
 
 from __future__ import annotations
 
-import os
+import posix
 
 from sandbox_sdk.remote._runtime import (
     TYPE_CHECKING,
     Fail,
     b64,
+    dirname,
     expand_braces,
     fitted_listing,
+    is_dir,
+    join,
     name_matcher,
     path_arg,
     unb64,
@@ -65,7 +68,7 @@ class Walker:
 
     def list(self, rel: bytes) -> List[Tuple[bytes, bool]]:
         try:
-            with os.scandir(self.path(rel)) as it:
+            with posix.scandir(self.path(rel)) as it:
                 return [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
         except (NotADirectoryError, FileNotFoundError):  # not a directory, a dangling symlink, gone
             return []
@@ -81,7 +84,7 @@ class Walker:
 
     def add(self, rel: bytes) -> None:
         """Count a match; one more than the limit ends the walk as ``truncated``."""
-        if self.dirs_only and not os.path.isdir(self.path(rel)):
+        if self.dirs_only and not is_dir(self.path(rel)):
             return
         if len(self.found) < self.limit:
             self.found.add(rel)
@@ -99,11 +102,11 @@ class Walker:
     def exists(self, rel: bytes) -> bool:
         """Whether ``rel`` is there; a parent that cannot be searched is reported."""
         try:
-            os.lstat(self.path(rel))
+            posix.lstat(self.path(rel))
         except (FileNotFoundError, NotADirectoryError):
             return False
         except OSError:
-            self.unreadable.add(os.path.dirname(rel) or b".")
+            self.unreadable.add(dirname(rel) or b".")
             return False
         return True
 
@@ -156,8 +159,8 @@ def glob(args: Args, blobs: Blobs) -> Tuple[GlobReply, Blobs]:
     root = path_arg(args)
     if pattern.startswith(b"/"):
         root, pattern = b"/", pattern.lstrip(b"/")
-    if not os.path.isdir(root):
-        os.stat(root)  # a missing root is reported as such
+    if not is_dir(root):
+        posix.stat(root)  # a missing root is reported as such
         raise Fail("NOT_DIRECTORY", "search root is not a directory", root)
     walker = Walker(root, args["include_hidden"], args["max_results"])
     for variant in expand_braces(pattern):
@@ -168,15 +171,15 @@ def glob(args: Args, blobs: Blobs) -> Tuple[GlobReply, Blobs]:
     for rel in sorted(walker.found):
         full = prefix + rel  # a match is never the root itself
         try:
-            items.append((rel if relative else full, os.lstat(full)))
+            items.append((rel if relative else full, posix.lstat(full)))
         except FileNotFoundError:
             continue  # gone since the walk
         except OSError:  # listed, but its directory cannot be searched (mode 0666)
-            walker.unreadable.add(os.path.dirname(rel) or b".")
+            walker.unreadable.add(dirname(rel) or b".")
     packed, count = fitted_listing(items, args["budget"], 0)
     return {
         "truncated": walker.truncated or count < len(items),
-        "unreadable": [b64(os.path.join(root, p)) for p in sorted(walker.unreadable)],
+        "unreadable": [b64(join(root, p)) for p in sorted(walker.unreadable)],
     }, [packed]
 
 

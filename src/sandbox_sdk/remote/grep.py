@@ -13,16 +13,19 @@ without this script first where it can (docs/protocol.md).
 
 from __future__ import annotations
 
-import os
+import posix
 import stat
 
 from sandbox_sdk.remote._runtime import (
+    DEV_NULL,
     TYPE_CHECKING,
     Fail,
     b64,
+    basename,
     compile_glob,
     expand_braces,
     find_program,
+    join,
     json_size,
     path_arg,
     unb64,
@@ -56,20 +59,20 @@ def walk_files(root: bytes) -> Iterator[Tuple[bytes, Optional[bytes]]]:
     while stack:
         rel = stack.pop()
         try:
-            with os.scandir(os.path.join(root, rel) if rel else root) as it:
+            with posix.scandir(join(root, rel) if rel else root) as it:
                 entries = sorted(it, key=lambda e: e.name, reverse=True)
         except OSError:
-            yield (os.path.join(root, rel) if rel else root), None
+            yield (join(root, rel) if rel else root), None
             continue
         for e in entries:
-            child = os.path.join(rel, e.name)
+            child = join(rel, e.name)
             try:
                 if e.is_dir(follow_symlinks=False):
                     stack.append(child)
                 elif e.is_file(follow_symlinks=False):
-                    yield os.path.join(root, child), child
+                    yield join(root, child), child
             except OSError:
-                yield os.path.join(root, child), None
+                yield join(root, child), None
 
 
 def file_filter(pattern: bytes) -> Callable[[bytes], bool]:
@@ -77,7 +80,7 @@ def file_filter(pattern: bytes) -> Callable[[bytes], bool]:
     path relative to the search root (``**`` included)."""
     regexes = [compile_glob(v[2:] if v.startswith(b"./") else v) for v in expand_braces(pattern)]
     if b"/" not in pattern:
-        return lambda rel: any(r.match(os.path.basename(rel)) for r in regexes)
+        return lambda rel: any(r.match(basename(rel)) for r in regexes)
     return lambda rel: any(r.match(rel) for r in regexes)
 
 
@@ -96,8 +99,8 @@ def grep(args: Args, blobs: Blobs) -> Tuple[GrepReply, Blobs]:
     matcher = line_matcher(pattern, args["fixed_strings"], args["ignore_case"])
     selected = file_filter(unb64(args["glob"])) if args.get("glob") is not None else None
     search = Search(matcher, args["max_matches"], args["max_line_bytes"], args["budget"])
-    st = os.stat(root)
-    walk = walk_files(root) if stat.S_ISDIR(st.st_mode) else iter([(root, os.path.basename(root))])
+    st = posix.stat(root)
+    walk = walk_files(root) if stat.S_ISDIR(st.st_mode) else iter([(root, basename(root))])
     # (path, whether it is a file to search): unreadable places stay in walk order.
     items = ((path, rel is not None) for path, rel in walk if not (rel and selected and not selected(rel)))
     # GNU grep finds a fixed string's lines far faster than a Python loop. A
@@ -159,17 +162,17 @@ def classify(path: bytes) -> int:
     """What ``path`` is: a regular text file (no NUL in its first bytes),
     binary, unreadable, or something else (never opened blocking)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = posix.open(path, posix.O_RDONLY | posix.O_NONBLOCK | posix.O_CLOEXEC)
     except OSError:
         return UNREADABLE
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        if not stat.S_ISREG(posix.fstat(fd).st_mode):
             return OTHER
-        return BINARY if b"\0" in os.read(fd, SNIFF_BYTES) else TEXT
+        return BINARY if b"\0" in posix.read(fd, SNIFF_BYTES) else TEXT
     except OSError:
         return UNREADABLE
     finally:
-        os.close(fd)
+        posix.close(fd)
 
 
 class Search:
@@ -219,8 +222,8 @@ class Search:
                 self.count(path, kind)
                 continue
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-                with os.fdopen(fd, "rb") as f:
+                fd = posix.open(path, posix.O_RDONLY | posix.O_NONBLOCK | posix.O_CLOEXEC)
+                with open(fd, "rb") as f:
                     if kind == BINARY:
                         self.skipped_binary += any(self.binary_matches(raw) for raw in f)
                         continue
@@ -258,22 +261,22 @@ class GrepRun:
     def __init__(self, grep_exe: bytes, pattern: bytes, paths: List[bytes]) -> None:
         argv = [grep_exe, b"-a", b"-F", b"-n", b"-H", b"-Z", b"-D", b"skip", b"-d", b"skip"]
         argv += [b"-e", pattern, b"--", *paths]
-        self.read_end, write_end = os.pipe()
-        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        self.read_end, write_end = posix.pipe()
+        null = posix.open(DEV_NULL, posix.O_RDWR | posix.O_CLOEXEC)
         try:
-            self.pid = os.posix_spawn(
+            self.pid = posix.posix_spawn(
                 grep_exe,
                 argv,
                 {b"LC_ALL": b"C"},
                 file_actions=[
-                    (os.POSIX_SPAWN_DUP2, null, 0),
-                    (os.POSIX_SPAWN_DUP2, write_end, 1),
-                    (os.POSIX_SPAWN_DUP2, null, 2),
+                    (posix.POSIX_SPAWN_DUP2, null, 0),
+                    (posix.POSIX_SPAWN_DUP2, write_end, 1),
+                    (posix.POSIX_SPAWN_DUP2, null, 2),
                 ],
             )
         finally:
-            os.close(write_end)
-            os.close(null)
+            posix.close(write_end)
+            posix.close(null)
 
     def feed(self, replay: Replay) -> bool:
         """Give grep's output to ``replay``; ``False`` if grep failed or its
@@ -281,11 +284,11 @@ class GrepRun:
         try:
             taken = replay.take(self.read_end)
         finally:
-            os.close(self.read_end)  # a grep still writing ends on SIGPIPE
-            _, status = os.waitpid(self.pid, 0)
+            posix.close(self.read_end)  # a grep still writing ends on SIGPIPE
+            _, status = posix.waitpid(self.pid, 0)
         if replay.search.truncated:
             return taken
-        return taken and os.WIFEXITED(status) and os.WEXITSTATUS(status) in (0, 1)
+        return taken and posix.WIFEXITED(status) and posix.WEXITSTATUS(status) in (0, 1)
 
 
 class Replay:
@@ -323,7 +326,7 @@ class Replay:
         LF``) read from ``fd``; ``False`` if it does not read as that."""
         buffer = b""
         while True:
-            block = os.read(fd, READ_BLOCK)
+            block = posix.read(fd, READ_BLOCK)
             if not block:
                 break
             buffer += block

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import posix
 import stat
 
 from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, entry, fitted_listing, path_arg
@@ -24,29 +24,29 @@ def ls(args: Args, blobs: Blobs) -> Tuple[LsReply, Blobs]:
     entries sorted by a key and stat-ed by their paths)."""
     path = path_arg(args)
     start = args["start"]
-    if not stat.S_ISDIR(os.stat(path).st_mode):  # a missing path is reported as such
+    if not stat.S_ISDIR(posix.stat(path).st_mode):  # a missing path is reported as such
         raise Fail("NOT_DIRECTORY", "not a directory", path)
-    names = sorted(os.listdir(path))
+    names = sorted(posix.listdir(path))
     prefix = path if path.endswith(b"/") else path + b"/"
     items = []
     indexes: List[int] = []
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = posix.open(path, posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC)
     try:
         for index in range(start, len(names)):
             try:
-                items.append((prefix + names[index], os.lstat(names[index], dir_fd=fd)))
+                items.append((prefix + names[index], posix.lstat(names[index], dir_fd=fd)))
             except FileNotFoundError:  # removed while we listed
                 continue
             indexes.append(index)
     finally:
-        os.close(fd)
+        posix.close(fd)
     packed, count = fitted_listing(items, args["budget"], min(1, len(items)))
     return {"next": indexes[count] if count < len(items) else None}, [packed]
 
 
 def stat_(args: Args, blobs: Blobs) -> Tuple[Entry, Blobs]:
     path = path_arg(args)
-    return entry(path, os.lstat(path)), []
+    return entry(path, posix.lstat(path)), []
 
 
 OPS = {"ls": ls, "stat": stat_}

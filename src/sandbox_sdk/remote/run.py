@@ -14,7 +14,7 @@ started.
 
 from __future__ import annotations
 
-import os
+import posix
 
 from sandbox_sdk.remote._runtime import (
     ORDER_ENTRY_BYTES,
@@ -45,14 +45,14 @@ if TYPE_CHECKING:
 def run(args: Args, blobs: Blobs) -> Tuple[RunReply, Blobs]:
     program, env, stdin = prepare(args, blobs)
     room = int(args["budget"])
-    keep_r, keep_w = os.pipe()
+    keep_r, keep_w = posix.pipe()
     group = guard(keep_r, keep_w)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
+    out_r, out_w = posix.pipe()
+    err_r, err_w = posix.pipe()
     wake = child_wakeups()
     pid = launch(program, env, [stdin, out_w, err_w], group)
     for fd in (stdin, out_w, err_w):
-        os.close(fd)
+        posix.close(fd)
     pumps = Pumps(pid, [out_r, err_r], wake, deadline_of(args))
     kept = [bytearray(), bytearray()]
     order = []  # type: Order
@@ -69,7 +69,7 @@ def run(args: Args, blobs: Blobs) -> Tuple[RunReply, Blobs]:
         order[-1][1] += len(piece)
         room -= len(piece)
     code = pumps.finish(group)
-    os.close(keep_w)
+    posix.close(keep_w)
     reply = {
         "exit_code": code,
         "timed_out": pumps.timed_out,

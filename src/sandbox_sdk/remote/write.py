@@ -3,7 +3,7 @@ large one staged in chunks at their offsets and committed after a check."""
 
 from __future__ import annotations
 
-import os
+import posix
 
 from sandbox_sdk.remote._runtime import (
     TYPE_CHECKING,
@@ -14,6 +14,7 @@ from sandbox_sdk.remote._runtime import (
     check_path,
     commit,
     describe,
+    dirname,
     file_sha256,
     find_program,
     make_parents,
@@ -117,18 +118,18 @@ def stage(args: Args, blobs: Blobs) -> Tuple[StageReply, Blobs]:
         if offset == 0:
             check_destination(dest, args["overwrite"])
             make_parents(dest)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+            flags = posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL
         else:
-            flags = os.O_WRONLY
-        fd = os.open(tmp, flags | os.O_CLOEXEC, 0o666)
+            flags = posix.O_WRONLY
+        fd = posix.open(tmp, flags | posix.O_CLOEXEC, 0o666)
         try:
             if offset == 0:
-                sweep_stale(os.path.dirname(tmp), os.fstat(fd).st_mtime)
-            os.pwrite(fd, data, offset)
+                sweep_stale(dirname(tmp), posix.fstat(fd).st_mtime)
+            posix.pwrite(fd, data, offset)
             if final:
-                os.fsync(fd)
+                posix.fsync(fd)
         finally:
-            os.close(fd)
+            posix.close(fd)
         if final:
             verify(tmp, final["size"], final["sha256"])
             with DirLock(dest):
@@ -151,18 +152,20 @@ def make_link(tmp: bytes, link: bytes) -> bool:
     """Link ``link`` to ``tmp`` if chunks can be appended by the shell."""
     if find_program(b"base64") is None or find_program(b"dd") is None:
         return False
+    import os  # for os.path.abspath, once per staged upload
+
     try:
-        os.symlink(os.path.abspath(tmp), link)
+        posix.symlink(os.path.abspath(tmp), link)
     except OSError:
         return False
-    sweep_stale(os.path.dirname(link), os.lstat(link).st_mtime)
+    sweep_stale(dirname(link), posix.lstat(link).st_mtime)
     return True
 
 
 def verify(path: bytes, size: int, sha256: str) -> None:
     """Fail unless the regular file ``path`` holds ``size`` bytes with this SHA-256."""
     with open_regular(path) as f:
-        actual = os.fstat(f.fileno()).st_size
+        actual = posix.fstat(f.fileno()).st_size
         if actual != size:
             raise Fail("INTEGRITY", "staged %d bytes, expected %d" % (actual, size), path)
         if file_sha256(f) != sha256:
