@@ -6,13 +6,15 @@ round runs every operation on both providers in turn, so drift in machine
 load hits them all alike. A bwrap command goes to its sandbox's long-lived jail (a connection
 to the jail's server, which starts ``bash``); starting the jail, paid once
 per sandbox, is timed separately (``create()``, whose health check is the
-jail's first command, against the local provider's). Also times ``stat`` (a
-file operation: one ``python3`` script run inside), ``ls`` of a directory of
-two entries and ``read`` of a small file against a bare ``python3 -I -S -c
-pass``, the floor of any such operation, in the same run (the last column of
-those rows is their ratio to it), by the time per call and, on the local
-provider, by the CPU time the command's processes took (on a loaded
-machine the time per call varies with the load; the CPU time far less).
+jail's first command, against the local provider's). Also times every
+file operation that runs one ``python3`` script inside (``stat``, ``ls`` of
+a directory of a few entries, ``read``, ``write`` and ``edit`` of a small
+file, ``glob``, ``grep`` by the script, ``mkdir`` and ``delete``) against a
+bare ``python3 -I -S -c pass``, the floor of any such operation, in the
+same run (the last column of those rows is their ratio to it), by the time
+per call and, on the local provider, by the CPU time the command's
+processes took (on a loaded machine the time per call varies with the
+load; the CPU time far less).
 """
 
 from __future__ import annotations
@@ -36,12 +38,15 @@ WARMUP = 10
 #: A bare interpreter start: the floor of a file operation.
 FLOOR = "python3 -I -S -c pass"
 #: The operations compared with :data:`FLOOR`.
-FILE_OPERATIONS = ("stat", "ls", "read")
+FILE_OPERATIONS = ("stat", "ls", "read", "write", "edit", "glob", "grep", "mkdir", "delete")
 #: The rows of the CPU time a local command took (its processes are children
 #: of this one): unlike the time per call, it hardly depends on the load.
 LOCAL_CPU = "local, CPU ms"
-#: The file ``read`` reads (20 short lines), written before the rounds.
+#: The file ``read`` reads and ``edit`` edits (20 short lines), written before the rounds.
 SMALL_FILE = "small.txt"
+#: A glob that GNU grep's ``--include`` cannot take (a brace), so that
+#: ``grep`` runs the script, not the shell's ``grep`` (docs/protocol.md, "grep").
+SCRIPT_GREP_GLOB = "*.{txt,md}"
 
 
 def measure(sandboxes: dict[str, BaseSandbox], rounds: int) -> dict[tuple[str, str], list[float]]:
@@ -51,6 +56,13 @@ def measure(sandboxes: dict[str, BaseSandbox], rounds: int) -> dict[tuple[str, s
         "stat": lambda sandbox: sandbox.stat("."),
         "ls": lambda sandbox: sandbox.ls("."),
         "read": lambda sandbox: sandbox.read(SMALL_FILE),
+        "write": lambda sandbox: sandbox.write("written.txt", "one line\n" * 20, overwrite=True),
+        "edit": lambda sandbox: sandbox.edit(SMALL_FILE, "one", "one", replace_all=True),
+        "glob": lambda sandbox: sandbox.glob("*.txt"),
+        "grep": lambda sandbox: sandbox.grep("line", glob=SCRIPT_GREP_GLOB),
+        # In this order in every round: ``delete`` removes what ``mkdir`` made.
+        "mkdir": lambda sandbox: sandbox.mkdir("made"),
+        "delete": lambda sandbox: sandbox.delete("made"),
     }
     for sandbox in sandboxes.values():
         sandbox.write(SMALL_FILE, "one line\n" * 20)

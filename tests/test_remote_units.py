@@ -5,7 +5,10 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import os
+import posixpath
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +120,39 @@ def test_the_json_codec_falls_back_to_json(monkeypatch: pytest.MonkeyPatch) -> N
     loads, dumps = _runtime.json_codec()
     assert loads is json.loads
     assert dumps(JSON_VALUES[0]) == json.dumps(JSON_VALUES[0], separators=(",", ":"))
+
+
+#: Paths for the ``os.path`` stand-ins: empty, relative, absolute, repeated
+#: and trailing slashes, dots, and bytes that are not UTF-8.
+PATHS = [
+    b"", b"a", b"a/b", b"a/b/", b"/", b"//", b"///a", b"/a", b"/a/b//", b"a//b", b".", b"..", b"./a",
+    b"a/./b/../c", b"\xff/\xfe", b"/\xff",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_path_helpers_are_os_path_on_posix(path: bytes) -> None:
+    assert _runtime.dirname(path) == posixpath.dirname(path)
+    assert _runtime.basename(path) == posixpath.basename(path)
+    for name in PATHS:
+        assert _runtime.join(path, name) == posixpath.join(path, name), (path, name)
+
+
+def test_path_predicates_are_os_path_on_posix(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"x")
+    (tmp_path / "dir").mkdir()
+    for name, target in [("link-file", "file"), ("link-dir", "dir"), ("dangling", "missing")]:
+        (tmp_path / name).symlink_to(target)
+    names = ["file", "dir", "link-file", "link-dir", "dangling", "missing", "file/under-a-file", "nul\0"]
+    for name in names:
+        path = os.fsencode(tmp_path / name)
+        assert _runtime.is_dir(path) == os.path.isdir(path), name
+        assert _runtime.is_file(path) == os.path.isfile(path), name
+        assert _runtime.is_link(path) == os.path.islink(path), name
+        assert _runtime.lexists(path) == os.path.lexists(path), name
+
+
+@pytest.mark.parametrize("name", ["plain", "caf\u00e9", "undecodable-\udcff", "\udcfe\udcff"])
+def test_fs_encoding_is_os_fsencode(name: str) -> None:
+    assert _runtime.fsencode(name) == os.fsencode(name)
+    assert _runtime.fsdecode(os.fsencode(name)) == os.fsdecode(os.fsencode(name)) == name

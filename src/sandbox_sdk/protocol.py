@@ -2,7 +2,7 @@
 
 An operation is one shell command::
 
-    python3 -I -S -c '<bootstrap>' <scratch_dir> <name> <crc> '<install>' <packed script> <<'SBX_<random>'
+    exec python3 -I -S -c '<bootstrap>' <scratch_dir> <name> <crc> '<install>' <packed script> <<'SBX_<random>'
     <base64 JSON arguments>
     <base64 blob>...
     SBX_<random>
@@ -339,7 +339,9 @@ def build_command(
     script = shipped(module)
     fallback = f"{shlex.quote(MISSING)} {nonce}" if omit_script else f"{shlex.quote(INSTALL)} {script.packed}"
     argv = f"{shlex.quote(scratch_dir)} {script.name} {script.crc} {fallback}"
-    lines = [f"{check}; {PYTHON} -c {shlex.quote(BOOTSTRAP)} {argv} <<'{delimiter}'", _b64(header)]
+    # ``exec``: a command with a redirection is forked by bash (never run in
+    # its place, as a bare last command is), which costs 0.3-0.5 ms of CPU.
+    lines = [f"{check}; exec {PYTHON} -c {shlex.quote(BOOTSTRAP)} {argv} <<'{delimiter}'", _b64(header)]
     lines.extend(_b64(blob) for blob in blobs)
     lines.extend([delimiter, ""])
     return "\n".join(lines), nonce  # one join: a blob of megabytes is copied into the command once
