@@ -2,10 +2,10 @@
 
 An operation is one shell command::
 
-    exec python3 -I -S -c '<bootstrap>' <scratch_dir> <name> <crc> '<install>' <packed script> <<'SBX_<random>'
+    exec python3 -I -S -c '<bootstrap>' <scratch_dir> <name> <crc> '<install>' <packed script> <<'SBX_<nonce>'
     <base64 JSON arguments>
     <base64 blob>...
-    SBX_<random>
+    SBX_<nonce>
 
 Nothing the caller passes is ever part of the command text: arguments, paths
 and contents travel only inside the base64 payload, whose alphabet cannot
