@@ -14,13 +14,17 @@ bare ``python3 -I -S -c pass``, the floor of any such operation, in the
 same run (the last column of those rows is their ratio to it), by the time
 per call and, on the local provider, by the CPU time the command's
 processes took (on a loaded machine the time per call varies with the
-load; the CPU time far less).
+load; the CPU time far less). ``grep`` runs the script, which searches
+with GNU grep where it finds it (a second process start): the ``local, no
+grep`` rows are a local sandbox with only ``bash`` and ``python3`` on ``PATH``,
+where the script searches with its own Python walk.
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -32,7 +36,7 @@ from typing import Any
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.provider_kit import HostStateProvider
 from sandbox_sdk.providers.bwrap import BwrapProvider
-from sandbox_sdk.providers.local import LocalProvider
+from sandbox_sdk.providers.local import BASE_ENV, LocalProvider, LocalSandbox
 
 WARMUP = 10
 #: A bare interpreter start: the floor of a file operation.
@@ -41,7 +45,9 @@ FLOOR = "python3 -I -S -c pass"
 FILE_OPERATIONS = ("stat", "ls", "read", "write", "edit", "glob", "grep", "mkdir", "delete")
 #: The rows of the CPU time a local command took (its processes are children
 #: of this one): unlike the time per call, it hardly depends on the load.
-LOCAL_CPU = "local, CPU ms"
+CPU = "{}, CPU ms"
+#: A local sandbox whose ``PATH`` has ``python3`` only (no GNU grep).
+NO_GREP = "local, no grep"
 #: The file ``read`` reads and ``edit`` edits (20 short lines), written before the rounds.
 SMALL_FILE = "small.txt"
 #: A glob that GNU grep's ``--include`` cannot take (a brace), so that
@@ -78,8 +84,8 @@ def measure(sandboxes: dict[str, BaseSandbox], rounds: int) -> dict[tuple[str, s
                 started = time.perf_counter()
                 run(sandbox)
                 samples.setdefault((operation, name), []).append((time.perf_counter() - started) * 1000)
-                if name == "local":
-                    samples.setdefault((operation, LOCAL_CPU), []).append(_children_cpu_ms() - cpu)
+                if name != "bwrap":  # a bwrap command runs in the jail, not as our child
+                    samples.setdefault((operation, CPU.format(name)), []).append(_children_cpu_ms() - cpu)
     return samples
 
 
@@ -115,12 +121,13 @@ def main() -> None:
             "bwrap": BwrapProvider(Path(state, "bwrap")),
         }
         sandboxes: dict[str, BaseSandbox] = {name: provider.create() for name, provider in providers.items()}
+        sandboxes[NO_GREP] = LocalSandbox(_made(Path(state, NO_GREP)), env={"PATH": _python3_only(state)})
         try:
             samples = measure(sandboxes, rounds) | measure_create(providers)
         finally:
-            for name, sandbox in sandboxes.items():
-                providers[name].delete(sandbox.id)
-    print(f"{rounds} rounds each ({CREATES} for create), milliseconds per call ({LOCAL_CPU!r}: CPU)\n")
+            for name, provider in providers.items():
+                provider.delete(sandboxes[name].id)
+    print(f"{rounds} rounds each ({CREATES} for create), milliseconds per call (rows '..., CPU ms': CPU)\n")
     print("| operation | provider | median | mean | p90 | bwrap / local (median) | / python3 (median) |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for (operation, name), values in samples.items():
@@ -133,6 +140,23 @@ def main() -> None:
             f"{median / statistics.median(floor):.2f}x" if floor and operation in FILE_OPERATIONS else ""
         )
         print(f"| {operation} | {name} | {median:.2f} | {mean:.2f} | {p90:.2f} | {shown} | {to_floor} |")
+
+
+def _made(directory: Path) -> Path:
+    directory.mkdir(parents=True)
+    return directory
+
+
+def _python3_only(state: str) -> str:
+    """A directory holding only links to the local provider's ``bash`` and
+    ``python3`` (which the provider and the command need)."""
+    only = _made(Path(state, "python3-only"))
+    for program in ("bash", "python3"):
+        found = shutil.which(program, path=BASE_ENV["PATH"])
+        if found is None:
+            raise SystemExit(f"no {program} on the local provider's PATH")
+        (only / program).symlink_to(found)
+    return str(only)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from sandbox_sdk.remote._runtime import (
     find_program,
     join,
     json_size,
+    name_matcher,
     path_arg,
     unb64,
 )
@@ -76,11 +77,13 @@ def walk_files(root: bytes) -> Iterator[Tuple[bytes, Optional[bytes]]]:
 
 
 def file_filter(pattern: bytes) -> Callable[[bytes], bool]:
-    """A pattern without ``/`` matches a file's name; one with ``/`` matches its
+    """A pattern without ``/`` matches a file's name (with ``name_matcher``:
+    ``*.py`` or ``*.{txt,md}`` import no ``re``); one with ``/`` matches its
     path relative to the search root (``**`` included)."""
-    regexes = [compile_glob(v[2:] if v.startswith(b"./") else v) for v in expand_braces(pattern)]
     if b"/" not in pattern:
-        return lambda rel: any(r.match(basename(rel)) for r in regexes)
+        names = [name_matcher(v) for v in expand_braces(pattern)]
+        return lambda rel: any(match(basename(rel)) for match in names)
+    regexes = [compile_glob(v[2:] if v.startswith(b"./") else v) for v in expand_braces(pattern)]
     return lambda rel: any(r.match(rel) for r in regexes)
 
 
