@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_sdk.remote import _runtime, read
+from sandbox_sdk.remote import _runtime, grep, read
 
 
 @pytest.mark.parametrize(
@@ -60,6 +60,17 @@ def test_a_segment_is_matched_as_its_regex_matches_it() -> None:
     for segment in segments:
         regex, matcher = _runtime.compile_glob(segment), _runtime.name_matcher(segment)
         assert [bool(matcher(n)) for n in names] == [bool(regex.match(n)) for n in names], segment
+
+
+@pytest.mark.parametrize("pattern", [b"*.py", b"*.{txt,md}", b"{a,b*}", b"?.txt", b"[ab]*", b"**", b"x"])
+def test_grep_matches_a_name_glob_as_its_regexes_do(pattern: bytes) -> None:
+    """A glob without ``/`` selects the files whose name one of its brace
+    alternatives matches, as each alternative's ``compile_glob`` regex says."""
+    regexes = [_runtime.compile_glob(v) for v in _runtime.expand_braces(pattern)]
+    selected = grep.file_filter(pattern)
+    for rel in [b"a.py", b"d/a.py", b"a.txt", b"d/e/b.md", b"a", b"b", b"bz", b"x", b"d/x", b".py", b"a.pyc"]:
+        name = rel.rsplit(b"/", 1)[-1]
+        assert selected(rel) == any(r.match(name) for r in regexes), (pattern, rel)
 
 
 def test_cut_utf8_never_splits_a_character() -> None:
