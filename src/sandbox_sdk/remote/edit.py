@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import posix
-import stat
 
 from sandbox_sdk.remote._runtime import (
     TYPE_CHECKING,
     DirLock,
     Fail,
     commit,
+    file_type,
     lexists,
     path_arg,
     remove_quietly,
@@ -79,9 +79,10 @@ def edit(args: Args, blobs: Blobs) -> Tuple[EditReply, Blobs]:
         raise Fail("INVALID_ARGUMENT", "old text is empty")
     with DirLock(dest):
         st = posix.stat(dest)
-        if stat.S_ISDIR(st.st_mode):
+        kind = file_type(st.st_mode)
+        if kind == "dir":
             raise Fail("IS_DIRECTORY", "is a directory", dest)
-        if not stat.S_ISREG(st.st_mode):
+        if kind != "file":
             raise Fail("INVALID_ARGUMENT", "not a regular file", dest)
         with open(dest, "rb") as f:
             content = f.read()

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import posix
-import stat
 import sys
 
-from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, fail_from_oserror, fsencode, is_dir, path_arg
+from sandbox_sdk.remote._runtime import (
+    TYPE_CHECKING,
+    Fail,
+    fail_from_oserror,
+    file_type,
+    fsencode,
+    is_dir,
+    path_arg,
+)
 
 if TYPE_CHECKING:
     from typing import Any, Tuple
@@ -36,7 +43,7 @@ def mkdir(args: Args, blobs: Blobs) -> Tuple[Empty, Blobs]:
 def delete(args: Args, blobs: Blobs) -> Tuple[Empty, Blobs]:
     path = path_arg(args)
     st = posix.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
+    if file_type(st.st_mode) != "dir":
         posix.unlink(path)
     elif args["recursive"]:
         import shutil

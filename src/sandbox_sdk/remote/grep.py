@@ -14,7 +14,6 @@ without this script first where it can (docs/protocol.md).
 from __future__ import annotations
 
 import posix
-import stat
 
 from sandbox_sdk.remote._runtime import (
     DEV_NULL,
@@ -24,6 +23,7 @@ from sandbox_sdk.remote._runtime import (
     basename,
     compile_glob,
     expand_braces,
+    file_type,
     find_program,
     join,
     json_size,
@@ -103,7 +103,7 @@ def grep(args: Args, blobs: Blobs) -> Tuple[GrepReply, Blobs]:
     selected = file_filter(unb64(args["glob"])) if args.get("glob") is not None else None
     search = Search(matcher, args["max_matches"], args["max_line_bytes"], args["budget"])
     st = posix.stat(root)
-    walk = walk_files(root) if stat.S_ISDIR(st.st_mode) else iter([(root, basename(root))])
+    walk = walk_files(root) if file_type(st.st_mode) == "dir" else iter([(root, basename(root))])
     # (path, whether it is a file to search): unreadable places stay in walk order.
     items = ((path, rel is not None) for path, rel in walk if not (rel and selected and not selected(rel)))
     # GNU grep finds a fixed string's lines far faster than a Python loop. A
@@ -169,7 +169,7 @@ def classify(path: bytes) -> int:
     except OSError:
         return UNREADABLE
     try:
-        if not stat.S_ISREG(posix.fstat(fd).st_mode):
+        if file_type(posix.fstat(fd).st_mode) != "file":
             return OTHER
         return BINARY if b"\0" in posix.read(fd, SNIFF_BYTES) else TEXT
     except OSError:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import posix
-import stat
 
-from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, entry, fitted_listing, path_arg
+from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, entry, file_type, fitted_listing, path_arg
 
 if TYPE_CHECKING:
     from typing import List, Optional, Tuple, TypedDict
@@ -24,7 +23,7 @@ def ls(args: Args, blobs: Blobs) -> Tuple[LsReply, Blobs]:
     entries sorted by a key and stat-ed by their paths)."""
     path = path_arg(args)
     start = args["start"]
-    if not stat.S_ISDIR(posix.stat(path).st_mode):  # a missing path is reported as such
+    if file_type(posix.stat(path).st_mode) != "dir":  # a missing path is reported as such
         raise Fail("NOT_DIRECTORY", "not a directory", path)
     names = sorted(posix.listdir(path))
     prefix = path if path.endswith(b"/") else path + b"/"
