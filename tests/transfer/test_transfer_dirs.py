@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import secrets
 import stat
 import tarfile
 from collections.abc import Callable
@@ -143,10 +144,14 @@ def _chained_symlinks(tar: tarfile.TarFile) -> None:
     _member(tar, "x/escaped.txt")
 
 
+#: Where an archive's absolute member would land if it escaped: a name of this run's own,
+#: so a concurrent run (or another worker) never sees it.
+ABSOLUTE_ESCAPE = f"/tmp/sbx-absolute-escape-{secrets.token_hex(8)}.txt"
+
 HOSTILE: dict[str, Callable[[tarfile.TarFile], None]] = {
     "dotdot": lambda t: _member(t, "../escaped.txt"),
     "nested-dotdot": lambda t: _member(t, "ok/../../escaped.txt"),
-    "absolute": lambda t: _member(t, "/tmp/sbx-absolute-escape.txt"),
+    "absolute": lambda t: _member(t, ABSOLUTE_ESCAPE),
     "symlink-absolute": lambda t: _member(t, "link", link="/etc"),
     "symlink-up": lambda t: _member(t, "link", link="../../.."),
     "write-through-symlink": _write_through_symlink,
@@ -208,7 +213,7 @@ def test_download_dir_refuses_hostile_archive(
     written = [p for p in (tmp_path / "client").rglob("*") if p.is_file() or p.is_symlink()]
     assert written == [], "nothing may be written when an archive is refused"
     assert not (tmp_path / "client" / "nest" / "escaped.txt").exists()
-    assert not Path("/tmp/sbx-absolute-escape.txt").exists()
+    assert not Path(ABSOLUTE_ESCAPE).exists()
     assert scratch_entries(archives) == []
 
 
@@ -271,7 +276,7 @@ def test_sandbox_refuses_hostile_archive(small: LimitedSandbox, root: Path, kind
         _extract_in_sandbox(small, hostile_tar(kind), str(target))
     written = [p for p in root.rglob("*") if p.is_file() or p.is_symlink()]
     assert written == [], "nothing may be extracted when an archive is refused"
-    assert not Path("/tmp/sbx-absolute-escape.txt").exists()
+    assert not Path(ABSOLUTE_ESCAPE).exists()
 
 
 def test_upload_dir_refuses_a_local_symlink_pointing_out(

@@ -43,8 +43,3 @@ def scratch_entries(directory: Path) -> list[str]:
     directory (docs/protocol.md), which stays by design."""
     scripts = protocol.SCRIPTS_DIR % os.getuid()
     return sorted(path.name for path in directory.iterdir() if path.name != scripts)
-
-
-def remote_archives() -> list[Path]:
-    """Directory archives left in the sandbox's archive directory (the host's /tmp)."""
-    return sorted(Path("/tmp").glob(".sbx-*.tar"))

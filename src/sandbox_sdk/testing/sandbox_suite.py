@@ -30,6 +30,7 @@ import signal
 import time
 import tracemalloc
 from collections.abc import Callable
+from functools import partial
 
 import anyio
 import pytest
@@ -91,6 +92,20 @@ def fields(path):
 members = [fields(p) for p in glob.glob("/proc/[0-9]*/stat")]
 print(sum(1 for f in members if f[2:3] == [sys.argv[1]] and f[0] != "Z"))
 """
+
+
+#: A command a test kills: it records its pid, says ``go``, then would run a minute. The
+#: test polls for its end (``CANCELLED_ALIVE``), so a loaded machine makes it slower, not
+#: wrong (a command that slept 2 s then touched a marker lost that race under load).
+KILLABLE = "echo $$ > {pid_file}; echo go; sleep 60; touch {marker}"
+#: Exit 0 while the process of the pid in ``{pid_file}`` runs (a zombie has ended), 1 once
+#: it has ended, 2 if the file is empty or missing (the command never began).
+CANCELLED_ALIVE = (
+    "[ -s {pid_file} ] || exit 2; read -r pid < {pid_file}; "
+    'read -r stat 2>/dev/null < /proc/"$pid"/stat || exit 1; stat=${{stat##*) }}; [ "${{stat%% *}}" != Z ]'
+)
+#: How long a killed command may take to be gone.
+GONE_SECONDS = 30.0
 
 
 def _streamed(sandbox: BaseSandbox, command: str, **options: object) -> tuple[str, str, StreamEvent]:
@@ -838,28 +853,40 @@ class SandboxConformanceTests(SandboxSuite):
         stdout, _, end = _streamed(sandbox, "echo before; sleep 30", timeout=1)
         assert (stdout, end.exit_code, end.timed_out) == ("before\n", 124, True)
 
+    def _killable(self, workdir: str) -> tuple[str, str]:
+        """A :data:`KILLABLE` command and its pid file."""
+        pid_file = self.p(workdir, "pid")
+        return KILLABLE.format(pid_file=pid_file, marker=self.p(workdir, "late")), pid_file
+
+    @staticmethod
+    def _assert_killed(sandbox: BaseSandbox, pid_file: str, *, began: bool = True) -> None:
+        """The :data:`KILLABLE` command that wrote ``pid_file`` ends within
+        :data:`GONE_SECONDS` (left alone, it runs a minute). Unless it ``began`` (its
+        ``go`` was seen), it may have been cancelled before it wrote its pid."""
+        deadline = time.monotonic() + GONE_SECONDS
+        while (alive := sandbox.execute(CANCELLED_ALIVE.format(pid_file=pid_file)).exit_code) == 0:
+            assert time.monotonic() < deadline, "the cancelled command still runs"
+            time.sleep(0.2)
+        assert alive == 1 or (alive == 2 and not began), f"no pid recorded in {pid_file}"
+
     def test_leaving_a_stream_early_kills_the_command(self, sandbox: BaseSandbox, workdir: str) -> None:
-        marker = self.p(workdir, "late")
-        for event in sandbox.stream(f"echo go; sleep 2; touch {marker}"):
+        command, pid_file = self._killable(workdir)
+        for event in sandbox.stream(command):
             assert event.text == "go\n"
             break
-        time.sleep(3)
-        with pytest.raises(FileNotFoundError):
-            sandbox.stat(marker)
+        self._assert_killed(sandbox, pid_file)
 
     def test_an_exception_in_a_callback_kills_the_command(self, sandbox: BaseSandbox, workdir: str) -> None:
         """As Ctrl-C would: raised in the sync call, it kills what the call started."""
-        marker = self.p(workdir, "late")
+        command, pid_file = self._killable(workdir)
 
         def interrupt(text: str) -> None:
             raise KeyboardInterrupt
 
         with pytest.raises(KeyboardInterrupt):
-            sandbox.run(f"echo go; sleep 2; touch {marker}", on_stdout=interrupt)
-        time.sleep(3)
-        with pytest.raises(FileNotFoundError):
-            sandbox.stat(marker)
-        assert not [info for info in sandbox.processes() if info.command.endswith(marker)]
+            sandbox.run(command, on_stdout=interrupt)
+        self._assert_killed(sandbox, pid_file)
+        assert not [info for info in sandbox.processes() if info.command.endswith(self.p(workdir, "late"))]
 
     @pytest.mark.asyncio
     async def test_async_processes(self, sandbox: BaseSandbox) -> None:
@@ -886,8 +913,7 @@ class SandboxConformanceTests(SandboxSuite):
     async def test_cancelling_a_followed_run_kills_the_command(
         self, sandbox: BaseSandbox, workdir: str, how: str
     ) -> None:
-        marker = self.p(workdir, "late")
-        command = f"echo go; sleep 2; touch {marker}"
+        command, pid_file = self._killable(workdir)
         if how == "wait_for":
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(sandbox.arun(command, on_stdout=lambda text: None), 1)
@@ -899,9 +925,10 @@ class SandboxConformanceTests(SandboxSuite):
                 async for event in events:
                     assert event.text == "go\n"
                     break
-        await anyio.sleep(3)
-        with pytest.raises(FileNotFoundError):
-            await sandbox.astat(marker)
+        # cancelled at 1 s, the command may not have begun: if it begins later, the pause
+        # lets it write its pid (and be found running)
+        await anyio.sleep(3 if how != "stream" else 0)
+        await anyio.to_thread.run_sync(partial(self._assert_killed, sandbox, pid_file, began=how == "stream"))
 
     @pytest.mark.slow
     def test_stream_of_100_mib_keeps_client_memory_bounded(self, sandbox: BaseSandbox) -> None:

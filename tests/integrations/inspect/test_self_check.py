@@ -9,8 +9,12 @@ declaration goes. Checks that cannot apply to our providers are skipped.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
-from collections.abc import AsyncIterator
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -68,6 +72,21 @@ for _name in SLOW:
     pytest.mark.slow(getattr(self_check, _name))
 
 
+#: Held through each check on a provider whose commands run on this host: some checks
+#: write fixed paths of the host's /tmp (``/tmp/test_rw_including_directory_absolute``,
+#: ``/tmp/test_cwd_absolute``, ...), which checks running at the same time elsewhere (a
+#: concurrent test run) would share. bwrap's jail has a /tmp of its own.
+HOST_TMP_LOCK = Path(tempfile.gettempdir()) / "sandbox-sdk-inspect-self-check.lock"
+
+
+@contextlib.contextmanager
+def host_tmp_locked() -> Iterator[None]:
+    """The host's fixed check paths to ourselves (released by the kernel if we die)."""
+    with open(HOST_TMP_LOCK, "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def gaps(provider: str) -> dict[str, str]:
     """The checks expected to fail on ``provider``, with their reasons."""
     declared = KNOWN_GAPS | PROVIDER_GAPS.get(provider, {})
@@ -85,8 +104,9 @@ async def sandbox_env(request: pytest.FixtureRequest) -> AsyncIterator[SandboxEn
     if reason is not None:
         request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     config: SandboxSDKConfig = request.getfixturevalue(f"{request.param}_config")
-    environments = await SandboxSDKEnvironment.sample_init("self_check", config, {})
-    try:
-        yield environments["default"]
-    finally:
-        await SandboxSDKEnvironment.sample_cleanup("self_check", config, environments, False)
+    with host_tmp_locked() if request.param in HOST_USER else contextlib.nullcontext():
+        environments = await SandboxSDKEnvironment.sample_init("self_check", config, {})
+        try:
+            yield environments["default"]
+        finally:
+            await SandboxSDKEnvironment.sample_cleanup("self_check", config, environments, False)

@@ -253,6 +253,7 @@ class _State:
         self.router_url = ""
         self.page_size = 3
         self.exec_start_delay = 0.0
+        self.stdio_read_delay = 0.0
         self.list_delay = 0.0
         self.apps: dict[str, str] = {}
         self.sandboxes: dict[str, _Sandbox] = {}
@@ -619,6 +620,7 @@ class _CommandRouter(_unimplemented_rpcs(TaskCommandRouterBase), TaskCommandRout
         proc = self.state.exec_of(request.task_id, request.exec_id)
         fd = request.file_descriptor
         offset = request.offset
+        await asyncio.sleep(self.state.stdio_read_delay)  # a slow stream: output arrives late
         while chunk := await proc.read_from(fd, offset):
             await stream.send_message(tcr_pb2.TaskExecStdioReadResponse(data=chunk))
             offset += len(chunk)
@@ -732,6 +734,16 @@ class FakeModalServer:
     @exec_start_delay.setter
     def exec_start_delay(self, value: float) -> None:
         self.state.exec_start_delay = value
+
+    @property
+    def stdio_read_delay(self) -> float:
+        """Seconds each ``TaskExecStdioRead`` waits before it streams anything: output
+        reaching the SDK after the exit was reported, as under load."""
+        return self.state.stdio_read_delay
+
+    @stdio_read_delay.setter
+    def stdio_read_delay(self, value: float) -> None:
+        self.state.stdio_read_delay = value
 
     @property
     def list_delay(self) -> float:

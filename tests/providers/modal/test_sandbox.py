@@ -100,6 +100,21 @@ def test_timeout_reported_by_the_worker_as_sigkill_is_still_ours(
     assert (response.exit_code, response.timed_out, response.output) == (124, True, "before\n")
 
 
+def test_output_arriving_after_a_slow_start_and_the_exit_is_kept(
+    sandbox: ModalSandbox, modal_server: FakeModalServer
+) -> None:
+    """The start reply comes late (the command has long exited) and the output later still,
+    after the exit status: the drain after the exit waits for it (it used to count from
+    before the start, and returned at once)."""
+    modal_server.exec_start_delay = 0.6
+    modal_server.stdio_read_delay = 0.2
+    try:
+        response = sandbox.execute("echo kept", timeout=30)
+    finally:
+        modal_server.exec_start_delay = modal_server.stdio_read_delay = 0.0
+    assert (response.exit_code, response.output) == (0, "kept\n")
+
+
 @pytest.mark.parametrize(
     ("command", "status"), [("exit 3", 3), ("kill -TERM $$", 143), ("kill -KILL $$", 137)]
 )

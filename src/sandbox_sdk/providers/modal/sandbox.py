@@ -98,7 +98,10 @@ class _Output:
             self.closed.set()
 
     async def drained(self, idle: float) -> None:
-        """Wait until the stream closes or no output arrived for ``idle`` seconds."""
+        """Wait until the stream closes or no output arrived for ``idle`` seconds, counted
+        from this call (the exit) at the earliest: output still on its way when the exit is
+        reported, all of it after a slow start reply, is not cut off."""
+        self.last_arrival = max(self.last_arrival, time.monotonic())
         while not self.closed.is_set():
             remaining = self.last_arrival + idle - time.monotonic()
             if remaining <= 0:
