@@ -246,8 +246,9 @@ def test_a_sandbox_made_without_a_provider_ends_its_jail_when_collected(tmp_path
     namespace = namespace_of(int((jail_dir / "pid").read_text().split()[0]))
     del sandbox
     gc.collect()
-    assert processes_in(namespace) == []
     assert not jail_dir.exists()
+    # its PID 1 is gone; the kernel may still be tearing down the rest of its namespace
+    eventually(lambda: processes_in(namespace) == [], "the collected sandbox's jail still runs")
 
 
 def test_an_idle_empty_jail_ends_and_the_next_command_starts_another(

@@ -209,9 +209,10 @@ def test_keep_alive_is_one_request_per_interval(fake_e2b: FakeE2BServer, provide
             assert fake_e2b.requests[before:] == [("POST", "/process.Process/Start")]
     finally:
         provider.delete(sandbox_id=sandbox.id)
-    short = provider.create(idle_timeout=2)
+    # a 2 s interval: both executes fit in it on a loaded machine too
+    short = provider.create(idle_timeout=20)
     try:
-        time.sleep(0.3)
+        time.sleep(2.1)
         before = len(fake_e2b.requests)
         short.execute("true")
         short.execute("true")
@@ -225,9 +226,9 @@ def test_keep_alive_is_one_request_per_interval(fake_e2b: FakeE2BServer, provide
 
 
 async def test_async_operations_keep_alive_too(fake_e2b: FakeE2BServer, provider: E2BProvider) -> None:
-    sandbox = await provider.acreate(idle_timeout=2)
+    sandbox = await provider.acreate(idle_timeout=20)  # a 2 s interval, as above
     try:
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(2.1)
         before = len(fake_e2b.requests)
         await sandbox.aexecute("true")
         await sandbox.aexecute("true")
@@ -236,7 +237,7 @@ async def test_async_operations_keep_alive_too(fake_e2b: FakeE2BServer, provider
             ("POST", "/process.Process/Start"),
             ("POST", "/process.Process/Start"),
         ]
-        assert e2b_timeout(fake_e2b, sandbox) > 2
+        assert e2b_timeout(fake_e2b, sandbox) > 20
     finally:
         await provider.adelete(sandbox_id=sandbox.id)
 

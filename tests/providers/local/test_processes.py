@@ -2,7 +2,7 @@
 (a cancelled ``aexecute`` or one-trip ``arun``, Ctrl-C in ``execute``) kills
 the command's whole group before it returns, and a host process killed by a
 signal exits 128+N. Each test checks that a file the command would write
-later never appears."""
+later never appears, or (Ctrl-C) that the command's processes are gone."""
 
 from __future__ import annotations
 
@@ -52,16 +52,46 @@ async def test_asyncio_wait_for_kills_the_command(local: LocalSandbox, call: str
     assert_nothing_written_later(local.root_dir)
 
 
+#: Records the pids of its shell and of a background child, then would run a minute.
+LONG_RUNNER = "(sleep 60; touch late-child) & echo $$ $! > pids; sleep 60; touch late"
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def interrupt_once_started(pids: Path, stop: threading.Event) -> None:
+    """Ctrl-C in the main thread once the command has written ``pids`` (at once after
+    30 s without): a fixed delay could fall after the end of a command slowed by load."""
+    deadline = time.monotonic() + 30
+    while not (pids.exists() and pids.read_text().endswith("\n")):
+        if stop.wait(0.05) or time.monotonic() > deadline:
+            break
+    if not stop.is_set():
+        _thread.interrupt_main()
+
+
 @pytest.mark.parametrize("call", ["execute", "run"])
 def test_ctrl_c_kills_the_command(local: LocalSandbox, call: str) -> None:
-    interrupt = threading.Timer(0.5, _thread.interrupt_main)
-    interrupt.start()
+    pids, stop = local.root_dir / "pids", threading.Event()
+    interrupter = threading.Thread(target=interrupt_once_started, args=(pids, stop))
+    interrupter.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            getattr(local, call)(LATE_WRITER)
+            getattr(local, call)(LONG_RUNNER)
     finally:
-        interrupt.cancel()
-    assert_nothing_written_later(local.root_dir)
+        stop.set()
+        interrupter.join()
+    shell, child = (int(pid) for pid in pids.read_text().split())
+    deadline = time.monotonic() + 30
+    while running(shell) or running(child):  # SIGKILLed, they may take a moment to end
+        assert time.monotonic() < deadline, "the interrupted command still runs"
+        time.sleep(0.1)
 
 
 @pytest.mark.parametrize(
