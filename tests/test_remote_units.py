@@ -167,3 +167,13 @@ def test_path_predicates_are_os_path_on_posix(tmp_path: Path) -> None:
 def test_fs_encoding_is_os_fsencode(name: str) -> None:
     assert _runtime.fsencode(name) == os.fsencode(name)
     assert _runtime.fsdecode(os.fsencode(name)) == os.fsdecode(os.fsencode(name)) == name
+
+
+@pytest.mark.parametrize("path", [b"", b"a", b"ab", b"abc", b"dir/\xff name.txt"])
+@pytest.mark.parametrize("number", [1, 99, 1234567])
+@pytest.mark.parametrize("line", [b"", b"x" * 7, 'caf\u00e9 "quoted"'.encode()])
+@pytest.mark.parametrize("cut", [True, False])
+def test_a_matchs_reply_size_is_its_json_size(path: bytes, number: int, line: bytes, cut: bool) -> None:
+    """What ``Search`` counts against the budget is what the reply takes."""
+    encoded = [_runtime.b64(path), number, _runtime.b64(line), cut]
+    assert grep.reply_size((path, number, line, cut)) == len(_runtime.json_dumps(encoded)) + 1

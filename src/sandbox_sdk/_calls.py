@@ -22,6 +22,7 @@ import base64
 import binascii
 import gc
 import json
+import os
 import posixpath
 import secrets
 import shlex
@@ -258,31 +259,31 @@ _DESCENDING = bytes(255 - b for b in range(256))
 
 
 class ShellReply(NamedTuple):
-    """What a :class:`ShellGrepCall` found: the script's reply, or ``None``
+    """What a :class:`ShellGrepCall` found: the script's result, or ``None``
     if the script must search after all; and whether the provider's output
     keeps or flags bytes that are not UTF-8 (else GNU grep's raw output
     cannot be trusted on this sandbox)."""
 
-    value: GrepReply | None
+    value: GrepResult | None
     bytes_kept: bool
 
 
 @dataclass(frozen=True)
 class ShellGrepCall(Call[ShellReply]):
-    """A fixed-string grep by GNU grep and sed alone, no interpreter started.
+    """A fixed-string grep by GNU grep alone, no interpreter started.
 
     The command gives bash the pattern, the root and the file glob of the
     ``grep`` script's call (``script``) as ``printf -v`` octal escapes (no
     value appears as itself in it) and runs ``grep -r -H -n --null -F`` with
-    them as separate arguments, in the C locale, through ``sed``, which stops
-    at the first line that is one of grep's messages (a binary file that
-    matches, an unreadable entry, a missing root, an option it lacks:
-    ``--no-ignore-case`` excludes busybox and GNU grep before 3.3) and past
-    ``max_matches`` lines. Then, or without bash, the same command runs the
-    script (with the same nonce), whose frame is the reply. Otherwise the
-    client puts grep's lines in the walk's order and cuts them at the caps
-    and budget with the script's own :class:`~sandbox_sdk.remote.grep.Search`,
-    so the result is what the script would find (docs/protocol.md, "grep")."""
+    them as separate arguments, in the C locale, its lines to the output and
+    its messages (a binary file that matches, an unreadable entry, a missing
+    root, an option it lacks: ``--no-ignore-case`` excludes busybox and GNU
+    grep before 3.3) to a variable. A message or a failure, or a shell that
+    is not bash, runs the script (with the same nonce), whose frame is the
+    reply. Otherwise the client puts grep's lines (``max_matches + 1`` at
+    most per file) in the walk's order and cuts them at the caps and budget
+    with the script's own :class:`~sandbox_sdk.remote.grep.Search`, so the
+    result is what the script would find (docs/protocol.md, "grep")."""
 
     script: ScriptCall[GrepReply]
     what: str
@@ -315,19 +316,19 @@ class ShellGrepCall(Call[ShellReply]):
         values = {"p": self._raw("pattern"), "r": self._raw("path"), "g": self._raw("glob")}
         assign = "; ".join(f"printf -v {k} '{printf_escapes(v)}'" for k, v in values.items() if v is not None)
         include, guard = (' --include="$g"', ' && [ -d "$r" ]') if values["g"] is not None else ("", "")
+        # grep's lines go straight out and its messages (stderr) to $e (the
+        # substitution's shell execs grep: one process): a message or a status
+        # past 1 hands over to the script, in this round trip. -m bounds each
+        # file's lines; the client cuts them all at the cap in walk order.
         cap = self.script.args["max_matches"]
-        # grep's messages join its lines (each written whole) and sed quits
-        # with status 6 at the first line with no NUL (a message, or a name
-        # with a newline), or with 5 past the cap: the script then takes over
-        # (it stops at the cap in walk order).
         grep = (  # --include is matched against a file operand's whole path: hence the guard
-            f"LC_ALL=C grep -r -H -n --null --line-buffered -F -D skip --no-ignore-case -m {cap + 1}{include}"
-            f' -e "$p" -- "$r" 2>&1 | LC_ALL=C sed \'/\\x00/!Q6;{cap + 1}Q5\''
+            f"LC_ALL=C exec grep -r -H -n --null -F -D skip --no-ignore-case -m {cap + 1}{include}"
+            f' -e "$p" -- "$r"'
         )
         command = (
             f'if [ -n "${{BASH_VERSION-}}" ]; then {assign}; if true{guard}; then'
-            f" printf '\\n%s %s \\377\\n' {SHELL_GREP_MARKER} {nonce}; {grep};"
-            f' case "${{PIPESTATUS[*]}}" in "0 0" | "1 0") exit 0 ;; esac;'
+            f" printf '\\n%s %s \\377\\n' {SHELL_GREP_MARKER} {nonce}; {{ e=$({grep} 2>&1 >&3); }} 3>&1;"
+            f" case $?$e in 0 | 1) exit 0 ;; esac;"
             f" printf '\\n%s %s\\n' {SHELL_GREP_FALLBACK_MARKER} {nonce}; fi; fi\n{script}"
         )
         size = protocol.command_bytes(command)
@@ -343,20 +344,19 @@ class ShellGrepCall(Call[ShellReply]):
         if f"{SHELL_GREP_FALLBACK_MARKER} {nonce}" in output and response.truncated:
             return ShellReply(None, True)  # grep's lines and the script's frame did not fit together
         if f"{SHELL_GREP_FALLBACK_MARKER} {nonce}" in output or f"{SHELL_GREP_MARKER} {nonce}" not in output:
-            return ShellReply(self.script.decode(response, nonce)[0], True)
+            return ShellReply(grep_result(self.script.decode(response, nonce)[0]), True)
         if response.timed_out:
             raise errors.SandboxTimeoutError(f"{self.what} timed out")
         start = output.index(f"{SHELL_GREP_MARKER} {nonce} ") + len(SHELL_GREP_MARKER) + len(nonce) + 2
         probe, newline, lines = output[start:].partition("\n")
         if probe not in ("\udcff", "\ufffd"):  # "": the byte 0xff was dropped, so may others have been
             return ShellReply(None, bool(probe or not newline))
-        cut = response.truncated or lines.count("\n") > self.script.args["max_matches"]
-        if cut or response.exit_code != 0 or (probe == "\ufffd" and "\ufffd" in lines):
+        if response.truncated or response.exit_code != 0 or (probe == "\ufffd" and "\ufffd" in lines):
             return ShellReply(None, True)  # cut, or a byte that was not UTF-8 replaced
         return ShellReply(self._search(lines.encode("utf-8", "surrogateescape")), True)
 
-    def _search(self, data: bytes) -> GrepReply | None:
-        """The script's reply from GNU grep's ``path NUL number : line LF``
+    def _search(self, data: bytes) -> GrepResult | None:
+        """The script's result from GNU grep's ``path NUL number : line LF``
         records; ``None`` if they do not read as that."""
         args = self.script.args
         pattern, root = base64.b64decode(args["pattern"]), base64.b64decode(args["path"])
@@ -386,12 +386,18 @@ class ShellGrepCall(Call[ShellReply]):
         for _, number, path, line in records:
             if not search.add(path, number, line):
                 break
-        return {
-            "matches": search.matches,
-            "truncated": search.truncated,
-            "unreadable": [],
-            "skipped_binary": 0,
-        }
+        return GrepResult(
+            matches=[
+                GrepMatch(
+                    path=os.fsdecode(path),
+                    line_number=number,
+                    line=line.decode("utf-8", "replace"),
+                    line_truncated=cut,
+                )
+                for path, number, line, cut in search.matches
+            ],
+            truncated=search.truncated,
+        )
 
 
 class Script(Generic[V]):

@@ -376,7 +376,7 @@ class SandboxOperations(SandboxCore):
             shell = yield from ShellGrepCall(script, script.what)
             self._grep_output_kept = shell.bytes_kept
             if shell.value is not None:
-                return grep_result(shell.value)
+                return shell.value
         value, _ = yield from script
         return grep_result(value)
 

@@ -1014,11 +1014,6 @@ def read_payload() -> Tuple[Args, Blobs]:
     return args, blobs
 
 
-def json_size(value: Any) -> int:
-    """Bytes ``value`` adds to a result body (what the output budget counts)."""
-    return len(json_dumps(value)) + 1
-
-
 def emit(nonce: str, body: Dict[str, Any], blobs: Blobs) -> None:
     out = sys.stdout.buffer
     head = " ".join([FRAME_MARKER, nonce, b64(json_dumps(body).encode("ascii"))])

@@ -26,7 +26,6 @@ from sandbox_sdk.remote._runtime import (
     file_type,
     find_program,
     join,
-    json_size,
     name_matcher,
     path_arg,
     unb64,
@@ -39,6 +38,8 @@ if TYPE_CHECKING:
 
     #: base64 path, line number, base64 line (cut to ``max_line_bytes``), whether it was cut
     GrepLine = Tuple[str, int, str, bool]
+    #: A :data:`GrepLine` before base64: path, line number, line, whether it was cut
+    Match = Tuple[bytes, int, bytes, bool]
 
     class GrepReply(TypedDict):
         matches: List[GrepLine]
@@ -117,7 +118,7 @@ def grep(args: Args, blobs: Blobs) -> Tuple[GrepReply, Blobs]:
         if search.truncated:
             break
     return {
-        "matches": search.matches,
+        "matches": [(b64(path), number, b64(line), cut) for path, number, line, cut in search.matches],
         "truncated": search.truncated,
         "unreadable": [b64(p) for p in search.unreadable],
         "skipped_binary": search.skipped_binary,
@@ -178,6 +179,15 @@ def classify(path: bytes) -> int:
         posix.close(fd)
 
 
+def reply_size(match: Match) -> int:
+    """Bytes ``match`` adds to the reply's JSON (the output budget counts
+    them), as its :data:`GrepLine` and a comma, counted without encoding it:
+    ``["<path>",<number>,"<line>",true]``, the strings base64 (4 characters
+    for each 3 bytes begun)."""
+    path, number, line, cut = match
+    return (len(path) + 2) // 3 * 4 + len(str(number)) + (len(line) + 2) // 3 * 4 + (14 if cut else 15)
+
+
 class Search:
     """The matches of one grep, file by file in walk order, within its caps."""
 
@@ -186,7 +196,7 @@ class Search:
         self.limit = limit
         self.line_cap = line_cap
         self.budget = budget
-        self.matches: List[GrepLine] = []
+        self.matches: List[Match] = []
         self.unreadable: List[bytes] = []
         self.truncated = False
         self.skipped_binary = 0
@@ -209,8 +219,8 @@ class Search:
         if len(self.matches) >= self.limit:
             self.truncated = True
             return False
-        match = (b64(path), number, b64(line[: self.line_cap]), len(line) > self.line_cap)
-        self.budget -= json_size(match)
+        match = (path, number, line[: self.line_cap], len(line) > self.line_cap)
+        self.budget -= reply_size(match)
         if self.budget < 0:
             self.truncated = True
             return False
