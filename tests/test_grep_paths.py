@@ -356,6 +356,28 @@ def test_a_name_with_a_newline_needs_no_interpreter(
     assert shell == sandboxes["walk"].grep(NEEDLE, "tree")
 
 
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_a_message_among_the_lines_sends_the_search_to_the_script(
+    sandboxes: dict[str, Counting], root: Path, tmp_path: Path, where: str
+) -> None:
+    """GNU grep 3.3 and 3.4 print "Binary file x matches" among the lines
+    (3.5 moved it to standard error): it reads as no record, so the script
+    searches in a second round trip."""
+    make_binary_match(root / "tree")
+    folder = tmp_path / "bin-grep-3.4"
+    shutil.copytree(tmp_path / "bin-shell", folder, symlinks=True)
+    message = "echo 'Binary file tree/zz.bin matches'"
+    first, last = (message, "") if where == "before" else ("", message)
+    run = f'{GREP} "$@" 2>/dev/null\nstatus=$?'
+    (folder / "grep").write_text(
+        f'#!/bin/sh\n[ "$1" = -r ] || exec {GREP} "$@"\n{first}\n{run}\n{last}\nexit $status\n'
+    )
+    old_grep = Counting(root, env={"PATH": str(folder)})
+    found = old_grep.grep(NEEDLE, "tree")
+    assert found == sandboxes["walk"].grep(NEEDLE, "tree") and found.skipped_binary == 1
+    assert len(old_grep.calls) == 2 and "@@SANDBOX_SDK_GREP_FALLBACK" not in old_grep.calls[0][1].output
+
+
 def test_no_value_is_in_the_command(sandboxes: dict[str, Counting], root: Path) -> None:
     """The pattern, the root and the glob reach grep as arguments, never as
     command text (the script's payload holds them as base64)."""

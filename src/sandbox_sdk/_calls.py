@@ -365,22 +365,27 @@ class ShellGrepCall(Call[ShellReply]):
         # os.path.join does ("dir//a").
         below, joined = root.rstrip(b"/") + b"/", root if root.endswith(b"/") else root + b"/"
         records: list[tuple[tuple[tuple[int, bytes], ...], int, bytes, bytes]] = []
-        start = 0
-        while start < len(data):
-            nul = data.find(b"\0", start)
-            colon = data.find(b":", nul + 1)
-            end = data.find(b"\n", nul + 1)
-            path, digits = data[start:nul], data[nul + 1 : colon]
-            if nul < 0 or not 0 < colon < end or not digits.isdigit():
+        # Split at the NULs: a line has none (grep calls such a file binary)
+        # and ends at the first newline after its name; a name may hold one.
+        pieces = data.split(b"\0")
+        path, named, found = pieces[0], None, b""
+        key: tuple[tuple[int, bytes], ...] = ()
+        for piece in pieces[1:]:
+            head, newline, rest = piece.partition(b"\n")
+            digits, colon, line = head.partition(b":")
+            if not (newline and colon and digits.isdigit()):
                 return None
-            key: tuple[tuple[int, bytes], ...] = ()
-            if path != root:
-                if not path.startswith(below) or len(path) == len(below):
-                    return None
-                key, path = walk_key(path[len(below) :]), joined + path[len(below) :]
-            records.append((key, int(digits), path, data[colon + 1 : end]))
-            start = end + 1
-        records.sort(key=lambda record: record[:2])
+            if path != named:  # a file's lines come together: its key once
+                named, key, found = path, (), path
+                if path != root:
+                    if not path.startswith(below) or len(path) == len(below):
+                        return None
+                    key, found = walk_key(path[len(below) :]), joined + path[len(below) :]
+            records.append((key, int(digits), found, line))
+            path = rest
+        if path:
+            return None  # what follows the last line is no record
+        records.sort()  # by walk key and line number, which no two records share
         matcher = line_matcher(pattern, True, False)
         search = Search(matcher, args["max_matches"], args["max_line_bytes"], args["budget"])
         for _, number, path, line in records:
