@@ -57,13 +57,9 @@ KILL_SECONDS = 5.0
 CANCEL_POLL_SECONDS = 0.1
 LOG_TAIL_BYTES = 2000
 #: Tries of a command whose connection broke before the jail said it started
-#: it (a resend is safe then), the pause after each doubling from
-#: ``RESEND_PAUSE_SECONDS``. Under CPU load, a connection now and then breaks
-#: before the server has accepted it, twice in a row within milliseconds
-#: (cause not found: the server is alive and logs nothing); a pause lets the
-#: next one through.
-SEND_ATTEMPTS = 5
-RESEND_PAUSE_SECONDS = 0.01
+#: it (a resend is safe then): a jail that ended meanwhile (idle, or killed)
+#: is started again for the second.
+SEND_ATTEMPTS = 2
 #: A jail with no command for this long and no process left but its server
 #: ends by itself (a sandbox nobody deletes keeps no idle server); the next
 #: command starts a new one.
@@ -123,9 +119,7 @@ class JailClient:
             ensure_ascii=False,
         ).encode("utf-8", "surrogateescape")
         data = HEADER.pack(len(request)) + request
-        for attempt in range(SEND_ATTEMPTS):
-            if attempt:
-                time.sleep(RESEND_PAUSE_SECONDS * 2 ** (attempt - 1))
+        for _attempt in range(SEND_ATTEMPTS):
             with self._connect() as conn:
                 reader = _FrameReader(conn, time.monotonic() + timeout + REPLY_GRACE_SECONDS, cancelled)
                 try:
@@ -294,9 +288,14 @@ class _FrameReader:
 
 
 def _send_request(conn: socket.socket, data: bytes, pass_fds: Sequence[int]) -> None:
+    """Send the whole request, and nothing once it is sent: the server may have read
+    it, run the command, answered and hung up by then (under load), and even an empty
+    send to a peer that has hung up fails with ``EPIPE``, which would pass for a
+    connection broken before the start, and the command would be sent again."""
     ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", pass_fds))] if pass_fds else []
     sent = conn.sendmsg([data], ancillary)
-    conn.sendall(data[sent:])
+    if sent < len(data):
+        conn.sendall(data[sent:])
 
 
 def _connect(directory: Path) -> socket.socket:
