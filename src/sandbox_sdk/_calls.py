@@ -252,7 +252,8 @@ def walk_key(rel: bytes) -> tuple[tuple[int, bytes], ...]:
     *dirs, name = rel.split(b"/")
     # A name has no NUL, so every byte maps below 0xff: the terminator puts
     # a name after every longer name it begins, as a descending order does.
-    return (*((1, d) for d in dirs), (0, name.translate(_DESCENDING) + b"\xff"))
+    last = (0, name.translate(_DESCENDING) + b"\xff")
+    return (*[(1, d) for d in dirs], last) if dirs else (last,)
 
 
 _DESCENDING = bytes(255 - b for b in range(256))
@@ -391,18 +392,20 @@ class ShellGrepCall(Call[ShellReply]):
         for _, number, path, line in records:
             if not search.add(path, number, line):
                 break
-        return GrepResult(
-            matches=[
-                GrepMatch(
-                    path=os.fsdecode(path),
-                    line_number=number,
-                    line=line.decode("utf-8", "replace"),
-                    line_truncated=cut,
-                )
-                for path, number, line, cut in search.matches
-            ],
-            truncated=search.truncated,
-        )
+        new, put, matches = object.__new__, object.__setattr__, []
+        for path, number, line, cut in search.matches:  # of the fields' types: as ``listing`` builds entries
+            match = new(GrepMatch)
+            put(match, "__dict__", {
+                "path": os.fsdecode(path),
+                "line_number": number,
+                "line": line.decode("utf-8", "replace"),
+                "line_truncated": cut,
+            })  # fmt: skip
+            put(match, "__pydantic_fields_set__", GREP_MATCH_FIELDS)
+            put(match, "__pydantic_extra__", None)
+            put(match, "__pydantic_private__", None)
+            matches.append(match)
+        return GrepResult(matches=matches, truncated=search.truncated)
 
 
 class Script(Generic[V]):
@@ -478,6 +481,8 @@ FS_ENCODING, FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerr
 #: as each set is an object the garbage collector tracks, and no pydantic
 #: path changes it on a frozen model (``model_copy`` copies it first).
 FILE_INFO_FIELDS = set(FileInfo.model_fields)
+#: The fields set of every match GNU grep's output gives (all of them).
+GREP_MATCH_FIELDS = set(GrepMatch.model_fields)
 
 
 def _name(path: str) -> str:
