@@ -271,20 +271,20 @@ class ShellReply(NamedTuple):
 
 @dataclass(frozen=True)
 class ShellGrepCall(Call[ShellReply]):
-    """A fixed-string grep by GNU grep alone, no interpreter started.
+    """A fixed-string grep by GNU grep and sed alone, no interpreter started.
 
     The command gives bash the pattern, the root and the file glob of the
     ``grep`` script's call (``script``) as ``printf -v`` octal escapes (no
     value appears as itself in it) and runs ``grep -r -H -n --null -F`` with
-    them as separate arguments, in the C locale, its lines to the output and
-    its messages (a binary file that matches, an unreadable entry, a missing
-    root, an option it lacks: ``--no-ignore-case`` excludes busybox and GNU
-    grep before 3.3) to a variable. A message or a failure, or a shell that
-    is not bash, runs the script (with the same nonce), whose frame is the
-    reply. Otherwise the client puts grep's lines (``max_matches + 1`` at
-    most per file) in the walk's order and cuts them at the caps and budget
-    with the script's own :class:`~sandbox_sdk.remote.grep.Search`, so the
-    result is what the script would find (docs/protocol.md, "grep")."""
+    them as separate arguments, in the C locale, through ``sed``, which stops
+    at the first line that is one of grep's messages (a binary file that
+    matches, an unreadable entry, a missing root, an option it lacks:
+    ``--no-ignore-case`` excludes busybox and GNU grep before 3.3) and past
+    ``max_matches`` lines. Then, or without bash, the same command runs the
+    script (with the same nonce), whose frame is the reply. Otherwise the
+    client puts grep's lines in the walk's order and cuts them at the caps
+    and budget with the script's own :class:`~sandbox_sdk.remote.grep.Search`,
+    so the result is what the script would find (docs/protocol.md, "grep")."""
 
     script: ScriptCall[GrepReply]
     what: str
@@ -317,19 +317,20 @@ class ShellGrepCall(Call[ShellReply]):
         values = {"p": self._raw("pattern"), "r": self._raw("path"), "g": self._raw("glob")}
         assign = "; ".join(f"printf -v {k} '{printf_escapes(v)}'" for k, v in values.items() if v is not None)
         include, guard = (' --include="$g"', ' && [ -d "$r" ]') if values["g"] is not None else ("", "")
-        # grep's lines go straight out and its messages (stderr) to $e (the
-        # substitution's shell execs grep: one process): a message or a status
-        # past 1 hands over to the script, in this round trip. -m bounds each
-        # file's lines; the client cuts them all at the cap in walk order.
+        # grep's messages join its lines (each written whole) and sed quits
+        # with status 6 at the first line with no NUL (a message, or a name
+        # with a newline), or with 5 past the cap: the script then takes over,
+        # in this round trip (it stops at the cap in walk order). sed is what
+        # bounds grep's work and output by the cap (-m bounds one file only).
         cap = self.script.args["max_matches"]
         grep = (  # --include is matched against a file operand's whole path: hence the guard
-            f"LC_ALL=C exec grep -r -H -n --null -F -D skip --no-ignore-case -m {cap + 1}{include}"
-            f' -e "$p" -- "$r"'
+            f"LC_ALL=C grep -r -H -n --null --line-buffered -F -D skip --no-ignore-case -m {cap + 1}{include}"
+            f' -e "$p" -- "$r" 2>&1 | LC_ALL=C sed \'/\\x00/!Q6;{cap + 1}Q5\''
         )
         command = (
             f'if [ -n "${{BASH_VERSION-}}" ]; then {assign}; if true{guard}; then'
-            f" printf '\\n%s %s \\377\\n' {SHELL_GREP_MARKER} {nonce}; {{ e=$({grep} 2>&1 >&3); }} 3>&1;"
-            f" case $?$e in 0 | 1) exit 0 ;; esac;"
+            f" printf '\\n%s %s \\377\\n' {SHELL_GREP_MARKER} {nonce}; {grep};"
+            f' case "${{PIPESTATUS[*]}}" in "0 0" | "1 0") exit 0 ;; esac;'
             f" printf '\\n%s %s\\n' {SHELL_GREP_FALLBACK_MARKER} {nonce}; fi; fi\n{script}"
         )
         size = protocol.command_bytes(command)
