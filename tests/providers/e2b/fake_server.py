@@ -230,8 +230,17 @@ class FakeE2BServer:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
+        # envd keeps an idle connection 640 s (``idleTimeout``, the http.Server's
+        # IdleTimeout, packages/envd/main.go in e2b-dev/infra); uvicorn's default of 5 s
+        # raced the SDK client's pooled connections: a request sent on one the fake was
+        # closing was reset (inspect's self_check waits 5 s between two commands)
         config = uvicorn.Config(
-            self.app, lifespan="off", log_level="warning", http="h11", timeout_graceful_shutdown=1
+            self.app,
+            lifespan="off",
+            log_level="warning",
+            http="h11",
+            timeout_graceful_shutdown=1,
+            timeout_keep_alive=640,
         )
         server = uvicorn.Server(config)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="fake-e2b")
