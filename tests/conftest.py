@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,15 @@ def local(tmp_path: Path) -> Iterator[LocalSandbox]:
     root = tmp_path / "sandbox"
     root.mkdir()
     yield LocalSandbox(root)
+
+
+@pytest.fixture
+def python_sigint() -> Iterator[None]:
+    """Ctrl-C raises ``KeyboardInterrupt``, as in a program: an earlier test on this
+    worker may have left a handler of its own (an event loop's, say), which swallows it."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -148,6 +148,7 @@ def test_a_failed_call_is_raised_after_the_calls_in_flight_finish(local: LocalSa
     assert leftovers(local.root_dir) == []
 
 
+@pytest.mark.usefixtures("python_sigint")
 def test_ctrl_c_during_a_sync_pipeline_cleans_up_without_waiting(local: LocalSandbox) -> None:
     """A real SIGINT while the main thread waits on the window: the upload is
     aborted at once, and once the calls still running end, nothing is left."""

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import _thread
 import asyncio
-import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -75,15 +74,6 @@ def interrupt_once_started(pids: Path, stop: threading.Event) -> None:
             break
     if not stop.is_set():
         _thread.interrupt_main()
-
-
-@pytest.fixture
-def python_sigint() -> Iterator[None]:
-    """Ctrl-C raises ``KeyboardInterrupt``, as in a program: an earlier test on this
-    worker may have left a handler of its own (an event loop's, say), which swallows it."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.usefixtures("python_sigint")
