@@ -29,7 +29,7 @@ def python_sigint() -> Iterator[None]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On a pytest-xdist worker (``scripts/test -n N``, with ``--dist loadfile
+    """On a pytest-xdist worker (``scripts/test`` runs 4, with ``--dist loadfile
     --no-loadscope-reorder``: a file's tests stay on one worker, so its module fixtures are
     set up once, and files go to idle workers in collection order), order the files: mostly
     ``slow`` ones first (the packaging test builds wheels and venvs for minutes; started
