@@ -239,8 +239,9 @@ def test_lifetimes_modal_cannot_honour_are_refused_before_creating(
 
 
 def test_idle_timeout_ends_an_idle_sandbox_not_a_busy_one(provider: ModalProvider) -> None:
-    sandbox = provider.create(idle_timeout=1)
-    assert sandbox.execute("sleep 2.5; echo busy").output == "busy\n"  # running: not idle
+    # 3 s, not 1: the health check right after creation must come within it on a loaded machine
+    sandbox = provider.create(idle_timeout=3)
+    assert sandbox.execute("sleep 6.5; echo busy").output == "busy\n"  # running: not idle
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
