@@ -18,9 +18,10 @@ import pytest
 from pydantic import ValidationError
 
 from sandbox_sdk import _calls, _kernel, errors, protocol
-from sandbox_sdk._calls import LS, READ_CHUNK, RUN, Call, Script
+from sandbox_sdk._calls import LS, READ_CHUNK, RUN, Call, Script, walk_key
 from sandbox_sdk.models import ExecuteResponse, FileInfo
 from sandbox_sdk.remote import _runtime
+from sandbox_sdk.remote.grep import walk_files
 
 SCRIPTS = {name: value for name, value in vars(_calls).items() if isinstance(value, Script)}
 
@@ -224,3 +225,24 @@ def test_a_listing_carries_mtime_exactly(tmp_path: Path) -> None:
 def test_a_malformed_listing_is_a_runtime_error(packed: bytes) -> None:
     with pytest.raises(errors.SandboxRuntimeError, match="malformed listing"):
         _calls.listing(packed)
+
+
+def test_walk_key_sorts_as_the_script_walks(tmp_path: Path) -> None:
+    """GNU grep's records are put in walk order by ``walk_key`` alone: names
+    that begin others, bytes 0x01 and 0xff, files beside directories."""
+    names = [b"a", b"ab", b"a b", b"b", b"\x01", b"\xff", b"a\xff", b"\xffa", b"z.txt", b"abc"]
+    made: list[bytes] = []
+
+    def fill(rel: bytes, depth: int) -> None:
+        dirs = names[depth % 2 :: 2]
+        for name in names[1 - depth % 2 :: 2] + [d + b"-" for d in dirs]:
+            made.append(os.path.join(rel, name))
+            (tmp_path / os.fsdecode(made[-1])).touch()
+        for name in dirs if depth < 2 else []:
+            (tmp_path / os.fsdecode(os.path.join(rel, name))).mkdir()
+            fill(os.path.join(rel, name), depth + 1)
+
+    fill(b"", 0)
+    walked = [rel for _, rel in walk_files(os.fsencode(tmp_path)) if rel is not None]
+    assert sorted(walked) == sorted(made)
+    assert sorted(walked, key=walk_key) == walked

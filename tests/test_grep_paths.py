@@ -22,10 +22,8 @@ from pathlib import Path
 import pytest
 
 from sandbox_sdk import GrepResult
-from sandbox_sdk._calls import walk_key
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
-from sandbox_sdk.remote.grep import walk_files
 
 NEEDLE = "needle"
 #: The sandbox's interpreter itself (``python3`` on the host may be a shim that needs more of ``PATH``).
@@ -446,24 +444,3 @@ def test_a_root_named_dash_is_searched_not_read_from_stdin(root: Path) -> None:
     (root / "-" / "f.txt").write_text(NEEDLE)
     found = LocalSandbox(root).grep(NEEDLE, "-")
     assert [m.path for m in found.matches] == ["-/f.txt"]
-
-
-def test_walk_key_sorts_as_the_script_walks(tmp_path: Path) -> None:
-    """GNU grep's records are put in walk order by ``walk_key`` alone: names
-    that begin others, bytes 0x01 and 0xff, files beside directories."""
-    names = [b"a", b"ab", b"a b", b"b", b"\x01", b"\xff", b"a\xff", b"\xffa", b"z.txt", b"abc"]
-    made: list[bytes] = []
-
-    def fill(rel: bytes, depth: int) -> None:
-        dirs = names[depth % 2 :: 2]
-        for name in names[1 - depth % 2 :: 2] + [d + b"-" for d in dirs]:
-            made.append(os.path.join(rel, name))
-            (tmp_path / os.fsdecode(made[-1])).touch()
-        for name in dirs if depth < 2 else []:
-            (tmp_path / os.fsdecode(os.path.join(rel, name))).mkdir()
-            fill(os.path.join(rel, name), depth + 1)
-
-    fill(b"", 0)
-    walked = [rel for _, rel in walk_files(os.fsencode(tmp_path)) if rel is not None]
-    assert sorted(walked) == sorted(made)
-    assert sorted(walked, key=walk_key) == walked
