@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_sdk import protocol
+from sandbox_sdk import errors, protocol
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.recording import RecordingSandbox
@@ -212,3 +212,14 @@ def test_concurrent_calls_that_all_find_the_copy_gone_are_each_sent_again(tmp_pa
         assert list(pool.map(lambda _: gathered.stat(".").type, range(6))) == ["dir"] * 6
     trips = gathered.reset()[1:]
     assert sorted(trip.command_bytes < OMITTED_BYTES for trip in trips) == [False] * 6 + [True] * 6
+
+
+@pytest.mark.parametrize("scratch", ["", "tmp", "./tmp"])
+def test_a_relative_scratch_dir_is_refused_before_any_round_trip(tmp_path: Path, scratch: str) -> None:
+    """``""`` would install the scripts in ``/``, a relative one wherever a command starts."""
+    recording = RecordingSandbox(LocalSandbox(tmp_path))
+    recording.scratch_dir = scratch
+    with pytest.raises(errors.InvalidArgumentError, match="scratch_dir must be an absolute path"):
+        recording.ls(".")
+    assert recording.trips == []
+    assert sorted(os.listdir(tmp_path)) == []

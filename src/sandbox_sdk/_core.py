@@ -254,7 +254,12 @@ class SandboxCore(SandboxHandle):
         return errors.SandboxRuntimeError(f"{call.what}: the provider failed: {type(exc).__name__}: {exc}")
 
     def _scripts(self) -> protocol.Scripts:
-        """What this client has seen of the scripts installed in ``scratch_dir``."""
+        """What this client has seen of the scripts installed in ``scratch_dir``
+        (which must be absolute: ``""`` would install them in the root)."""
+        if not (isinstance(self.scratch_dir, str) and self.scratch_dir.startswith("/")):
+            raise errors.InvalidArgumentError(
+                f"{type(self).__name__}.scratch_dir must be an absolute path, not {self.scratch_dir!r}"
+            )
         try:
             known = self._installed_scripts
         except AttributeError:
