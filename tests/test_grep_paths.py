@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_sdk import GrepResult
+from sandbox_sdk import BaseSandbox, GrepResult
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 
@@ -444,3 +444,36 @@ def test_a_root_named_dash_is_searched_not_read_from_stdin(root: Path) -> None:
     (root / "-" / "f.txt").write_text(NEEDLE)
     found = LocalSandbox(root).grep(NEEDLE, "-")
     assert [m.path for m in found.matches] == ["-/f.txt"]
+
+
+class Decoding(BaseSandbox):
+    """A sandbox whose output bytes are decoded another way (``errors``), as
+    some providers' SDKs return them."""
+
+    def __init__(self, root: Path, errors: str) -> None:
+        self.root, self.errors, self.calls = root, errors, 0
+
+    @property
+    def id(self) -> str:
+        return "decoding"
+
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        self.calls += 1
+        done = subprocess.run(["bash", "-c", command], cwd=self.root, capture_output=True, check=False)
+        output = (done.stdout + done.stderr).decode("utf-8", self.errors)
+        return ExecuteResponse(output=output, exit_code=done.returncode)
+
+
+@pytest.mark.parametrize(("errors", "trips"), [("surrogateescape", 1), ("replace", 1), ("ignore", 2)])
+def test_how_the_provider_decodes_is_learned_from_the_probe(tmp_path: Path, errors: str, trips: int) -> None:
+    """Bytes kept or replaced: GNU grep's output is taken (one round trip).
+    Dropped: nothing lost can be seen, so the script searches, then and
+    from then on in one round trip."""
+    (tmp_path / "a.txt").write_text(f"one {NEEDLE}\ntwo\n{NEEDLE} three\n")
+    sandbox = Decoding(tmp_path, errors)
+    expected = LocalSandbox(tmp_path).grep(NEEDLE, ".")
+    assert len(expected.matches) == 2
+    assert sandbox.grep(NEEDLE, ".") == expected
+    assert sandbox.calls == trips
+    assert sandbox.grep(NEEDLE, ".") == expected
+    assert sandbox.calls == trips + 1
