@@ -477,3 +477,19 @@ def test_how_the_provider_decodes_is_learned_from_the_probe(tmp_path: Path, erro
     assert sandbox.calls == trips
     assert sandbox.grep(NEEDLE, ".") == expected
     assert sandbox.calls == trips + 1
+
+
+def test_the_script_starts_grep_only_for_files_worth_its_start(
+    sandboxes: dict[str, Counting], tmp_path: Path
+) -> None:
+    """A few small files cost the Python search less than GNU grep's start:
+    the script searches them itself; over 128 KiB of them, with grep (a
+    brace glob sends both searches to the script)."""
+    shell = sandboxes["shell"]
+    small = shell.grep(NEEDLE, "tree", glob="{plain,empty}.txt")
+    assert runs(tmp_path, "grep") == []
+    large = shell.grep(NEEDLE, "tree", glob="{late-nul,plain}.txt")
+    assert [line.split()[0] for line in runs(tmp_path, "grep")] == ["-a"]
+    walk = sandboxes["walk"]
+    assert small == walk.grep(NEEDLE, "tree", glob="{plain,empty}.txt")
+    assert large == walk.grep(NEEDLE, "tree", glob="{late-nul,plain}.txt")
