@@ -493,3 +493,12 @@ def test_the_script_starts_grep_only_for_files_worth_its_start(
     walk = sandboxes["walk"]
     assert small == walk.grep(NEEDLE, "tree", glob="{plain,empty}.txt")
     assert large == walk.grep(NEEDLE, "tree", glob="{late-nul,plain}.txt")
+
+
+def test_a_plain_word_regex_is_searched_as_one(sandboxes: dict[str, Counting], tmp_path: Path) -> None:
+    """``fixed_strings=False`` with no regex syntax: GNU grep alone, as for a
+    fixed string, and what the regex finds."""
+    found = sandboxes["shell"].grep(NEEDLE, "tree", fixed_strings=False)
+    assert [line.split()[0] for line in runs(tmp_path, "grep")] == ["-r"]
+    assert runs(tmp_path, "python") == []
+    assert found == sandboxes["walk"].grep(f"ne(e)dle|{NEEDLE}", "tree", fixed_strings=False)

@@ -227,3 +227,27 @@ def test_a_round_trip_imports_neither_json_nor_re_nor_os(tmp_path: Path) -> None
     assert "binascii" in imported  # the measurement works
     avoided = {"json", "json.decoder", "re", "enum", "typing", "hashlib", "base64", "os", "stat", "errno"}
     assert not imported & avoided
+
+
+def test_a_grep_regardless_of_case_imports_no_re_for_ascii_text(tmp_path: Path) -> None:
+    """``ignore_case`` for an ASCII word in ASCII lines: no ``re`` (~6 ms)."""
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "a.txt").write_text("One NEEDLE\nnone\nneedle two\n")
+    args = {
+        "op": "grep",
+        "pattern": protocol.encode_path("Needle"),
+        "path": protocol.encode_path("tree"),
+        "glob": None,
+        "fixed_strings": False,
+        "ignore_case": True,
+        "max_matches": 10,
+        "max_line_bytes": 1000,
+        "budget": 100_000,
+    }
+    command, nonce = protocol.build_command("grep", args, scratch_dir=str(tmp_path))
+    timed = command.replace(protocol.PYTHON, "python3 -X importtime -I -S", 1)
+    response = LocalSandbox(tmp_path).execute(timed)
+    value, _ = protocol.parse_result(response, nonce, "grep")
+    assert [number for _, number, _, _ in value["matches"]] == [1, 3]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in response.output.splitlines() if "|" in line}
+    assert "binascii" in imported and "re" not in imported

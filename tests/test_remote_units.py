@@ -177,3 +177,43 @@ def test_a_matchs_reply_size_is_its_json_size(path: bytes, number: int, line: by
     """What ``Search`` counts against the budget is what the reply takes."""
     encoded = [_runtime.b64(path), number, _runtime.b64(line), cut]
     assert grep.reply_size((path, number, line, cut)) == len(_runtime.json_dumps(encoded)) + 1
+
+
+#: Lines where case folding is more than ASCII's (the Kelvin sign is a K to
+#: ``re``, the long s an s, the dotless i an i), and lines that are not UTF-8.
+FOLDING_LINES = [
+    b"needle",
+    b"NEEDLE in CAPS",
+    b"nEeDlE",
+    b"no match",
+    "\u212aelvin".encode(),
+    "\u017fubject".encode(),
+    "d\u0131rty".encode(),
+    "\u00c9t\u00e9".encode(),
+    b"\xff\xfe needle",
+    b"",
+]
+FOLDING_PATTERNS = [b"needle", b"KELVIN", b"SUBJECT", b"dirty", b"\xc3\xa9t\xc3\xa9", b"\xff", b"a b", b""]
+
+
+@pytest.mark.parametrize("pattern", FOLDING_PATTERNS)
+@pytest.mark.parametrize("fixed_strings", [True, False])
+@pytest.mark.parametrize("ignore_case", [True, False])
+def test_a_literal_pattern_matches_as_re_does(pattern: bytes, fixed_strings: bool, ignore_case: bool) -> None:
+    """A fixed string, or a regex with no regex syntax, is matched without
+    ``re`` where that gives ``re``'s answer (an ASCII pattern in an ASCII
+    line regardless of case): every line answers as ``re`` would."""
+    import re
+
+    text = pattern.decode("utf-8", "surrogateescape")
+    regex = re.compile(re.escape(text), re.IGNORECASE if ignore_case else 0)
+    matches = grep.line_matcher(pattern, fixed_strings, ignore_case)
+    for line in FOLDING_LINES:
+        expected = regex.search(line.decode("utf-8", "surrogateescape")) is not None
+        assert matches(line) == expected, line
+
+
+@pytest.mark.parametrize(("pattern", "literal"), [(b"needle", True), (b"a-b: c,d", True), (b"ne+dle", False)])
+def test_a_regex_without_regex_syntax_is_literal(pattern: bytes, literal: bool) -> None:
+    assert grep.is_literal(pattern, False) is literal
+    assert all(not grep.is_literal(bytes([c]), False) for c in grep.REGEX_SYNTAX)

@@ -95,6 +95,7 @@ from sandbox_sdk.models import (
     WriteResult,
 )
 from sandbox_sdk.process import Process
+from sandbox_sdk.remote.grep import is_literal
 from sandbox_sdk.transfer import Progress, TransferResults, UploadSource
 from sandbox_sdk.transfer._batch import download_files, upload_files
 from sandbox_sdk.transfer._directories import SymlinkPolicy, download_dir, upload_dir
@@ -372,7 +373,8 @@ class SandboxOperations(SandboxCore):
         # (docs/protocol.md, "grep"); the script otherwise, or if it must
         # search after all (in the same round trip where the sandbox can tell)
         raw = (os.fsencode(pattern), base64.b64decode(root), None if glob is None else os.fsencode(glob))
-        if fixed_strings and not ignore_case and self._grep_output_kept and ShellGrepCall.takes(*raw):
+        literal = is_literal(raw[0], fixed_strings)  # a plain word is a regex's own text
+        if literal and not ignore_case and self._grep_output_kept and ShellGrepCall.takes(*raw):
             shell = yield from ShellGrepCall(script, script.what)
             self._grep_output_kept = shell.bytes_kept
             if shell.value is not None:
