@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import itertools
 import json
 import os
 import posixpath
+import signal
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from sandbox_sdk.remote import _runtime, grep, read
+from sandbox_sdk.remote import _runtime, grep, proc, read
 
 
 @pytest.mark.parametrize(
@@ -217,3 +222,39 @@ def test_a_literal_pattern_matches_as_re_does(pattern: bytes, fixed_strings: boo
 def test_a_regex_without_regex_syntax_is_literal(pattern: bytes, literal: bool) -> None:
     assert grep.is_literal(pattern, False) is literal
     assert all(not grep.is_literal(bytes([c]), False) for c in grep.REGEX_SYNTAX)
+
+
+@pytest.mark.parametrize("number", [signal.SIGKILL, signal.SIGTERM])
+def test_a_kill_returns_the_exit_its_supervisor_records(tmp_path: Path, number: int) -> None:
+    """A kill waits (up to ``settle``) for the supervisor to record the exit,
+    so ``kill`` then ``poll`` reads it: SIGKILL as well as SIGTERM (a
+    SIGKILL returned at once, and a loaded sandbox's next poll found the
+    process running). Here a "supervisor" records the exit 0.3 s late."""
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    args = {
+        "scratch": base64.b64encode(os.fsencode(tmp_path)).decode(),
+        "owner": "tester",
+        "pid": sleeper.pid,
+        "signal": int(number),
+        "grace": 3.0 if number == signal.SIGTERM else 0.0,
+        "settle": 5.0,
+    }
+    path = os.path.join(proc.records(args), b"%d" % sleeper.pid)
+    os.mkdir(path)
+    lock = os.open(os.path.join(path, b"lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # held: the process is supervised
+
+    def supervise() -> None:
+        code = 128 - sleeper.wait()  # Popen: -N for death by signal N
+        time.sleep(0.3)
+        proc.write_atomically(os.path.join(path, b"status"), b'{"exit_code": %d, "timed_out": false}' % code)
+
+    supervisor = threading.Thread(target=supervise)
+    supervisor.start()
+    try:
+        value, _ = proc.send_signal(args, [])
+    finally:
+        sleeper.kill()
+        supervisor.join()
+        os.close(lock)
+    assert value == {"exit_code": 128 + number}

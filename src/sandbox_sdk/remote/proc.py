@@ -412,6 +412,7 @@ def send_signal(args: Args, blobs: Blobs) -> Tuple[SignalReply, Blobs]:
             status = wait_for(path, grace)
             if status is None:
                 kill_group(pid, SIGKILL)
+        if status is None:  # a SIGKILL too waits for the supervisor to record the exit
             status = wait_for(path, float(args["settle"]))
     return {"exit_code": None if status is None else status["exit_code"]}, []
 
