@@ -9,15 +9,17 @@ per sandbox, is timed separately (``create()``, whose health check is the
 jail's first command, against the local provider's). Also times every
 file operation that runs one ``python3`` script inside (``stat``, ``ls`` of
 a directory of a few entries, ``read``, ``write`` and ``edit`` of a small
-file, ``glob``, ``grep`` by the script, ``mkdir`` and ``delete``) against a
+file, ``glob``, ``grep`` by the script (a fixed string, one regardless of
+case, and a regex, which imports ``re``), ``mkdir`` and ``delete``) against a
 bare ``python3 -I -S -c pass``, the floor of any such operation, in the
 same run (the last column of those rows is their ratio to it), by the time
 per call and, on the local provider, by the CPU time the command's
 processes took (on a loaded machine the time per call varies with the
 load; the CPU time far less). ``grep`` runs the script, which searches
-with GNU grep where it finds it (a second process start): the ``local, no
-grep`` rows are a local sandbox with only ``bash`` and ``python3`` on ``PATH``,
-where the script searches with its own Python walk.
+a few small files in Python and more with GNU grep where it finds it (a
+second process start): the ``local, no grep`` rows are a local sandbox with
+only ``bash`` and ``python3`` on ``PATH``, where the script always searches
+with its own Python walk.
 """
 
 from __future__ import annotations
@@ -42,7 +44,10 @@ WARMUP = 10
 #: A bare interpreter start: the floor of a file operation.
 FLOOR = "python3 -I -S -c pass"
 #: The operations compared with :data:`FLOOR`.
-FILE_OPERATIONS = ("stat", "ls", "read", "write", "edit", "glob", "grep", "mkdir", "delete")
+FILE_OPERATIONS = (
+    *("stat", "ls", "read", "write", "edit", "glob"),
+    *("grep", "grep -i", "grep regex", "mkdir", "delete"),
+)
 #: The rows of the CPU time a local command took (its processes are children
 #: of this one): unlike the time per call, it hardly depends on the load.
 CPU = "{}, CPU ms"
@@ -66,6 +71,8 @@ def measure(sandboxes: dict[str, BaseSandbox], rounds: int) -> dict[tuple[str, s
         "edit": lambda sandbox: sandbox.edit(SMALL_FILE, "one", "one", replace_all=True),
         "glob": lambda sandbox: sandbox.glob("*.txt"),
         "grep": lambda sandbox: sandbox.grep("line", glob=SCRIPT_GREP_GLOB),
+        "grep -i": lambda sandbox: sandbox.grep("LINE", glob=SCRIPT_GREP_GLOB, ignore_case=True),
+        "grep regex": lambda sandbox: sandbox.grep("l[i]ne", glob=SCRIPT_GREP_GLOB, fixed_strings=False),
         # In this order in every round: ``delete`` removes what ``mkdir`` made.
         "mkdir": lambda sandbox: sandbox.mkdir("made"),
         "delete": lambda sandbox: sandbox.delete("made"),
