@@ -147,6 +147,12 @@ class SandboxConformanceTests(SandboxSuite):
         assert "to-stderr" in response.output
         assert response.exit_code == 0
 
+    def test_output_is_returned_as_written(self, sandbox: BaseSandbox) -> None:
+        """Not stripped at either end, nor its blank lines dropped: a file
+        operation's frame ends in a newline, without which it reads as cut."""
+        response = sandbox.execute(r"printf '\n  lead\n\n\ttrail \n\n'")
+        assert response.output == "\n  lead\n\n\ttrail \n\n"
+
     def test_utf8_output_made_inside(self, sandbox: BaseSandbox) -> None:
         response = sandbox.execute(r"printf '\303\251\342\202\254\360\237\231\202\n'")
         assert response.output.strip() == "é€🙂"
