@@ -9,6 +9,7 @@ import subprocess
 import zlib
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -212,18 +213,24 @@ def test_a_damaged_long_field_is_no_frame(damage: str) -> None:
         lazy.decode()
 
 
+def run_importing(tmp_path: Path, module: str, args: dict[str, Any]) -> tuple[Any, set[str]]:
+    """A script's value from a real round trip in ``tmp_path`` under
+    ``python3 -X importtime``, and the modules it imported."""
+    command, nonce = protocol.build_command(module, args, scratch_dir=str(tmp_path))
+    timed = command.replace(protocol.PYTHON, "python3 -X importtime -I -S", 1)
+    response = LocalSandbox(tmp_path).execute(timed)
+    value, _ = protocol.parse_result(response, nonce, args["op"])
+    return value, {line.rsplit("|", 1)[-1].strip() for line in response.output.splitlines() if "|" in line}
+
+
 def test_a_round_trip_imports_neither_json_nor_re_nor_os(tmp_path: Path) -> None:
     """CPython's ``_json`` stands in for ``json``, whose import of ``re`` would
     cost every round trip about 7 ms (measured with ``-X importtime``),
     ``posix`` for ``os`` (0.8 ms) and ``_stat`` for ``stat`` (0.13 ms);
     ``errno`` is imported on the error path only."""
     args = {"op": "stat", "path": protocol.encode_path(".")}
-    command, nonce = protocol.build_command("ls", args, scratch_dir=str(tmp_path))
-    timed = command.replace(protocol.PYTHON, "python3 -X importtime -I -S", 1)
-    response = LocalSandbox(tmp_path).execute(timed)
-    value, _ = protocol.parse_result(response, nonce, "stat")
+    value, imported = run_importing(tmp_path, "ls", args)
     assert value["type"] == "dir"
-    imported = {line.rsplit("|", 1)[-1].strip() for line in response.output.splitlines() if "|" in line}
     assert "binascii" in imported  # the measurement works
     avoided = {"json", "json.decoder", "re", "enum", "typing", "hashlib", "base64", "os", "stat", "errno"}
     assert not imported & avoided
@@ -244,10 +251,6 @@ def test_a_grep_regardless_of_case_imports_no_re_for_ascii_text(tmp_path: Path) 
         "max_line_bytes": 1000,
         "budget": 100_000,
     }
-    command, nonce = protocol.build_command("grep", args, scratch_dir=str(tmp_path))
-    timed = command.replace(protocol.PYTHON, "python3 -X importtime -I -S", 1)
-    response = LocalSandbox(tmp_path).execute(timed)
-    value, _ = protocol.parse_result(response, nonce, "grep")
+    value, imported = run_importing(tmp_path, "grep", args)
     assert [number for _, number, _, _ in value["matches"]] == [1, 3]
-    imported = {line.rsplit("|", 1)[-1].strip() for line in response.output.splitlines() if "|" in line}
     assert "binascii" in imported and "re" not in imported
