@@ -34,6 +34,9 @@ class UnshareSandbox(BaseSandbox):
     max_command_bytes = LARGE_COMMAND_BYTES
     #: Twice a command: whatever one large command wrote, one ``read`` returns.
     max_output_bytes = 2 * LARGE_COMMAND_BYTES
+    #: Each command has a network namespace of its own: an operation server
+    #: started by one would not be on the next one's loopback.
+    operation_server = False
 
     def __init__(self, sandbox_id: str, directory: Path) -> None:
         self._id = sandbox_id

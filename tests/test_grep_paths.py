@@ -44,7 +44,11 @@ PAST_GREPS_BUFFER = 200_000
 
 
 class Counting(LocalSandbox):
-    """A local sandbox that keeps each command and response."""
+    """A local sandbox that keeps each command and response, and starts
+    ``python3`` for each script (these tests count the starts; the
+    operation server, which would run the script instead, has its own)."""
+
+    operation_server = False
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_sdk import errors, protocol
+from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.recording import RecordingSandbox
@@ -24,6 +25,15 @@ STAT_DOT = {"op": "stat", "path": protocol.encode_path(".")}
 SCRIPT = protocol.shipped("ls")
 #: A command that leaves its script out is smaller than this; one that carries it, larger.
 OMITTED_BYTES = 2048
+
+
+@pytest.fixture(autouse=True)
+def without_operation_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests count the bytes of the commands that install and run a
+    script with ``python3``; tests/test_operation_server.py has the server's
+    commands, and the conformance kit's ``test_scripts_are_installed_once_then_imported_and_repaired``
+    both together."""
+    monkeypatch.setattr(BaseSandbox, "operation_server", False)
 
 
 def scripts_dir(scratch: Path) -> Path:

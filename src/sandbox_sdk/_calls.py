@@ -179,14 +179,25 @@ class _ScriptedCall(Call[R]):
 
     def command(self, max_bytes: int, scripts: protocol.Scripts) -> tuple[str, str]:
         module = protocol.module_of(self.op)
-        command, nonce = protocol.build_command(
-            module,
-            self.payload,
-            self.blobs,
-            scratch_dir=scripts.scratch_dir,
-            omit_script=scripts.omits(module),
-        )
-        size = protocol.command_bytes(command)
+        served = scripts.serves(module)
+        launch = scripts.server.take_launch() if served and scripts.server is not None else None
+        while True:
+            command, nonce = protocol.build_command(
+                module,
+                self.payload,
+                self.blobs,
+                scratch_dir=scripts.scratch_dir,
+                omit_script=scripts.omits(module),
+                served=served,
+                launch=launch,
+            )
+            size = protocol.command_bytes(command)
+            if launch is None or scripts.server is None:
+                break
+            if size <= max_bytes:
+                scripts.server.launches.add(nonce)
+                break
+            scripts.server.wanted, launch = True, None  # by a command with room for it
         if size > max_bytes:
             raise errors.SandboxRuntimeError(
                 f"{self.what}: command of {size} bytes exceeds max_command_bytes="

@@ -172,9 +172,16 @@ class SandboxCore(SandboxHandle):
     #: target: staging creates parents, and an edit must not); the in-sandbox
     #: scripts are installed there too (docs/protocol.md).
     scratch_dir: str = "/tmp"
-    #: :class:`~sandbox_sdk.protocol.Scripts` ``.known`` by scratch directory,
-    #: made by the first round trip.
-    _installed_scripts: dict[str, dict[str, bool]]
+    #: Whether file operations ask the sandbox's operation server first
+    #: (docs/protocol.md, "The operation server"): a long-lived ``python3``
+    #: that runs their scripts without an interpreter start each.
+    operation_server: bool = True
+    #: Seconds without a request after which the operation server exits
+    #: (the next command that finds none has the one after it start one).
+    operation_server_idle: float = 600.0
+    #: :class:`~sandbox_sdk.protocol.Scripts` ``.known`` and ``.server`` by
+    #: scratch directory, made by the first round trip.
+    _installed_scripts: dict[str, tuple[dict[str, bool], protocol.ServerState]]
     #: Round trips a chunked transfer keeps in flight at once (sync and async).
     #: Eight hides a cloud round trip behind the next seven: under a 96 KiB
     #: command cap at 80 ms latency, 6x the throughput of one at a time for
@@ -261,10 +268,14 @@ class SandboxCore(SandboxHandle):
                 f"{type(self).__name__}.scratch_dir must be an absolute path, not {self.scratch_dir!r}"
             )
         try:
-            known = self._installed_scripts
+            by_dir = self._installed_scripts
         except AttributeError:
-            known = self._installed_scripts = {}
-        return protocol.Scripts(self.scratch_dir, known.setdefault(self.scratch_dir, {}))
+            by_dir = self._installed_scripts = {}
+        try:
+            known, server = by_dir[self.scratch_dir]
+        except KeyError:
+            known, server = by_dir[self.scratch_dir] = ({}, protocol.ServerState(self.operation_server_idle))
+        return protocol.Scripts(self.scratch_dir, known, server if self.operation_server else None)
 
     def _invoke(self, call: Call[R]) -> R:
         """One call: a file operation's round trip gets ``operation_timeout``,

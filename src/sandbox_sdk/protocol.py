@@ -31,7 +31,7 @@ import secrets
 import shlex
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cache
 from importlib import resources
@@ -289,6 +289,51 @@ NO_SCRIPT_MARKER = f"{FRAME_MARKER}_NO_SCRIPT"
 MISSING = f'print("{NO_SCRIPT_MARKER}",sys.argv[5])'
 
 
+#: Printed, with the nonce and :data:`NO_SERVER` or :data:`DECLINED`, by a
+#: served command that its operation server did not run.
+UNSERVED_MARKER = f"{FRAME_MARKER}_UNSERVED"
+NO_SERVER, DECLINED = "none", "declined"
+#: The modules whose commands never ask the operation server: those that run
+#: the user's programs keep an interpreter of their own (the command's process
+#: group, signals and limits are theirs), and the server's own.
+UNSERVED = frozenset({"run", "proc", "server"})
+#: Launches in a row after which a sandbox still had no server: then a client stops launching.
+MAX_FAILED_LAUNCHES = 3
+#: How long bash waits for the server's first answer (remote/server.py, ``HANDSHAKE_SECONDS``).
+SERVER_HANDSHAKE_SECONDS = 10
+
+
+@dataclass
+class ServerState:
+    """What a client has seen of the operation server of one scratch
+    directory: ``wanted`` once a command found none (the next command
+    launches one first), ``failed_launches`` in a row after which a command
+    still found none, and the nonces of the commands that launched one."""
+
+    idle: float
+    wanted: bool = False
+    failed_launches: int = 0
+    launches: set[str] = field(default_factory=set)
+
+    def take_launch(self) -> float | None:
+        """The idle timeout of a server for the next command to launch, if one is wanted."""
+        if not self.wanted:
+            return None
+        self.wanted = False
+        return self.idle
+
+    def learn(self, response: ExecuteResponse, nonce: str) -> None:
+        """Learn from the ``response`` to a served command: a launch wanted
+        if it found no server, and whether the launch it carried failed."""
+        launched = nonce in self.launches
+        self.launches.discard(nonce)
+        if f"{UNSERVED_MARKER} {nonce} {NO_SERVER}" in response.output:
+            self.failed_launches += launched
+            self.wanted = self.failed_launches < MAX_FAILED_LAUNCHES
+        elif launched:
+            self.failed_launches = 0
+
+
 @dataclass(frozen=True)
 class Scripts:
     """Where a sandbox's scripts are installed (``scratch_dir``) and what its
@@ -298,25 +343,49 @@ class Scripts:
     script known to be installed (5-9 KB fewer bytes, 0.4 ms less CPU time in
     the sandbox); a missing copy costs one more round trip, and then the
     script is always sent for that client (a read-only ``scratch_dir`` costs
-    that round trip once per script)."""
+    that round trip once per script). ``server`` is the operation server's
+    state, ``None`` where the sandbox uses none."""
 
     scratch_dir: str
     known: dict[str, bool]
+    server: ServerState | None = None
 
     def omits(self, module: str) -> bool:
         """Whether a command of ``module`` may leave the script out."""
         return self.known.get(module, False)
 
+    def serves(self, module: str) -> bool:
+        """Whether a command of ``module`` asks the operation server first."""
+        return self.server is not None and module not in UNSERVED
+
     def resend(self, module: str, response: ExecuteResponse, nonce: str) -> bool:
         """Learn from ``response`` to a command of ``module``; whether it must
         be sent again in full (it left the script out, and there was none:
         only :data:`MISSING` prints the marker with this command's nonce)."""
+        if self.server is not None:
+            self.server.learn(response, nonce)
         if f"{NO_SCRIPT_MARKER} {nonce}" in response.output:
             self.known[module] = False
             return True
         if module not in self.known and _find_frame(response.output, nonce) is not None:
             self.known[module] = True
         return False
+
+
+def server_request(scratch_dir: str, script: Shipped, nonce: str) -> str:
+    """Bash asking the operation server (remote/server.py) to run ``script``
+    on this command's input and output, and exiting with its status if it
+    does; else it goes on, and says why (:data:`UNSERVED_MARKER`). Bash alone:
+    another shell has no ``/dev/tcp`` (nor ``read -t -u``)."""
+    before, _, after = SCRIPTS_DIR.partition("%d")  # the user's own directory, as the bootstrap's
+    port_file = f'{shlex.quote(scratch_dir)}/{before}"$UID"{after}/{shipped("server").name}.port'
+    return (
+        f'if [ -n "${{BASH_VERSION-}}" ]; then S={NO_SERVER}; read -r P T _ 2>/dev/null <{port_file} && {{'
+        f" S={DECLINED}; printf '%s %s {script.name} {script.crc}\\n' \"$T\" $BASHPID >&3"
+        f" && read -r -t {SERVER_HANDSHAKE_SECONDS} -u 3 R && [ \"$R\" = + ] && printf '+\\n' >&3"
+        f' && {{ read -r -u 3 R; exit "${{R:-{int(ExitCode.INTERNAL)}}}"; }}; }}'
+        f' 6>&2 2>/dev/null 3<>/dev/tcp/127.0.0.1/"$P" 4>&1 5<&0; echo {UNSERVED_MARKER} {nonce} $S; fi'
+    )
 
 
 def build_command(
@@ -326,25 +395,63 @@ def build_command(
     *,
     scratch_dir: str,
     omit_script: bool = False,
+    served: bool = False,
+    launch: float | None = None,
 ) -> tuple[str, str]:
     """The shell command for one operation and the nonce its frame must carry.
 
     ``scratch_dir`` (the provider's, never a caller's value) holds the
     installed scripts (see :data:`BOOTSTRAP`); with ``omit_script`` the
-    command carries :data:`MISSING` instead of the script."""
+    command carries :data:`MISSING` instead of the script. A ``served``
+    command asks the operation server first (:func:`server_request`); with
+    ``launch`` (an idle timeout in seconds), it starts a server before."""
     nonce = secrets.token_hex(16)
     header = json.dumps({**args, "nonce": nonce}, separators=(",", ":")).encode("utf-8")
     delimiter = f"SBX_{nonce}"
     check = f"command -v python3 >/dev/null 2>&1 || {{ echo {NO_PYTHON_MARKER} {nonce}; exit 127; }}"
     script = shipped(module)
-    fallback = f"{shlex.quote(MISSING)} {nonce}" if omit_script else f"{shlex.quote(INSTALL)} {script.packed}"
-    argv = f"{shlex.quote(scratch_dir)} {script.name} {script.crc} {fallback}"
     # ``exec``: a command with a redirection is forked by bash (never run in
     # its place, as a bare last command is), which costs 0.3-0.5 ms of CPU.
-    lines = [f"{check}; exec {PYTHON} -c {shlex.quote(BOOTSTRAP)} {argv} <<'{delimiter}'", _b64(header)]
+    bootstrap = _bootstrap_args(scratch_dir, script, omit_script, nonce)
+    python = f"exec {PYTHON} -c {shlex.quote(BOOTSTRAP)} {bootstrap}"
+    if not served:
+        lines = [f"{check}; {python} <<'{delimiter}'"]
+    else:  # the server reads the same here-document through bash's descriptor 5
+        lines = [f"{{ {server_request(scratch_dir, script, nonce)}", f"{check}; {python}; }} <<'{delimiter}'"]
+        if launch is not None:
+            lines[:0] = _launch_lines(scratch_dir, launch)
+    lines.append(_b64(header))
     lines.extend(_b64(blob) for blob in blobs)
     lines.extend([delimiter, ""])
     return "\n".join(lines), nonce  # one join: a blob of megabytes is copied into the command once
+
+
+def _bootstrap_args(scratch_dir: str, script: Shipped, omit_script: bool, nonce: str) -> str:
+    fallback = f"{shlex.quote(MISSING)} {nonce}" if omit_script else f"{shlex.quote(INSTALL)} {script.packed}"
+    return f"{shlex.quote(scratch_dir)} {script.name} {script.crc} {fallback}"
+
+
+def _launch_lines(scratch_dir: str, idle: float) -> list[str]:
+    """A command's first lines that start an operation server
+    (remote/server.py) and wait only for it to listen: the server script
+    always travels in full, as its output, which would say it was
+    missing, goes nowhere."""
+    nonce = secrets.token_hex(16)
+    script = shipped("server")
+    args = {
+        "op": "serve",
+        "scratch": encode_path(scratch_dir),
+        "dir": SCRIPTS_DIR,
+        "name": encode_path(script.name),
+        "idle": idle,
+        "nonce": nonce,
+    }
+    bootstrap = _bootstrap_args(scratch_dir, script, False, nonce)
+    return [
+        f"{PYTHON} -c {shlex.quote(BOOTSTRAP)} {bootstrap} >/dev/null 2>&1 <<'SBX_{nonce}'",
+        _b64(json.dumps(args, separators=(",", ":")).encode("utf-8")),
+        f"SBX_{nonce}",
+    ]
 
 
 def _b64(data: bytes) -> str:

@@ -673,6 +673,31 @@ class SandboxConformanceTests(SandboxSuite):
         finally:
             sandbox.scratch_dir = saved
 
+    def test_the_operation_server_serves_file_operations(
+        self, sandbox: BaseSandbox, workdir: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Where ``operation_server`` is on (docs/protocol.md, "The operation
+        server"), a sandbox's file operations are served from its third on:
+        the first that finds no server has the next one start it. A provider
+        whose sandboxes cannot keep one turns it off."""
+        if not sandbox.operation_server:
+            pytest.skip(f"{type(sandbox).__name__} turns the operation server off")
+        outputs: list[str] = []
+        execute = sandbox.execute
+
+        def recording(command: str, *, timeout: float | None = None) -> ExecuteResponse:
+            response = execute(command, timeout=timeout)
+            outputs.append(response.output)
+            return response
+
+        monkeypatch.setattr(sandbox, "execute", recording)
+        path = self.p(workdir, "served.txt")
+        for number in range(4):
+            sandbox.write(path, f"{number}\n", overwrite=True)
+        unserved = [output for output in outputs[2:] if protocol.UNSERVED_MARKER in output]
+        assert sandbox.read(path).content == "3\n"
+        assert not unserved, f"not served: {unserved}"
+
     # -- async twins --------------------------------------------------------------------------------
 
     @pytest.mark.asyncio

@@ -25,7 +25,14 @@ from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script
 from sandbox_sdk.provider_kit.host_state import mark_used
 from sandbox_sdk.providers.bwrap import _keyring, _seccomp
-from sandbox_sdk.providers.bwrap._jail import CANCEL_POLL_SECONDS, KILL_SECONDS, Expiry, JailClient, stop_jail
+from sandbox_sdk.providers.bwrap._jail import (
+    CANCEL_POLL_SECONDS,
+    IDLE_EXIT_SECONDS,
+    KILL_SECONDS,
+    Expiry,
+    JailClient,
+    stop_jail,
+)
 
 #: Where the workspace appears inside the jail (and the working directory).
 WORKSPACE_PATH = "/workspace"
@@ -399,6 +406,9 @@ class BwrapSandbox(BaseSandbox):
     in-memory file it inherits, so a round trip carries up to 4 MiB."""
 
     max_command_bytes = LARGE_COMMAND_BYTES
+    #: The operation server, a process in the jail, would keep an idle jail
+    #: alive: it leaves when the jail would (docs/bwrap.md).
+    operation_server_idle = IDLE_EXIT_SECONDS
 
     def __init__(
         self,
