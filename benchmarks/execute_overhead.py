@@ -15,7 +15,13 @@ bare ``python3 -I -S -c pass``, the floor of any such operation, in the
 same run (the last column of those rows is their ratio to it), by the time
 per call and, on the local provider, by the CPU time the command's
 processes took (on a loaded machine the time per call varies with the
-load; the CPU time far less). ``grep`` runs the script, which searches
+load; the CPU time far less: its rows show means, since the operation
+server's share, counted in clock ticks, is only exact in sum). File
+operations ask the sandbox's operation server first (docs/protocol.md, "The
+operation server"): the ``local, no server`` rows are a local sandbox that
+starts ``python3`` for each, as every operation did before the server; the
+CPU time of a served one is its ``bash``'s and the server's worker's.
+``grep`` runs the script, which searches
 a few small files in Python and more with GNU grep where it finds it (a
 second process start): the ``local, no grep`` rows are a local sandbox with
 only ``bash`` and ``python3`` on ``PATH``, where the script always searches
@@ -35,6 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sandbox_sdk import protocol
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.provider_kit import HostStateProvider
 from sandbox_sdk.providers.bwrap import BwrapProvider
@@ -53,6 +60,8 @@ FILE_OPERATIONS = (
 CPU = "{}, CPU ms"
 #: A local sandbox whose ``PATH`` has ``python3`` only (no GNU grep).
 NO_GREP = "local, no grep"
+#: A local sandbox without the operation server.
+NO_SERVER = "local, no server"
 #: The file ``read`` reads and ``edit`` edits (20 short lines), written before the rounds.
 SMALL_FILE = "small.txt"
 #: A glob that GNU grep's ``--include`` cannot take (a brace), so that
@@ -97,10 +106,23 @@ def measure(sandboxes: dict[str, BaseSandbox], rounds: int) -> dict[tuple[str, s
 
 
 def _children_cpu_ms() -> float:
-    """CPU time (user and system) of this process's ended children: the local
-    provider's ``bash`` and what it ran."""
+    """CPU time (user and system) of this process's ended children (the local
+    provider's ``bash`` and what it ran) and of the local operation server's
+    (its workers, which it waits for: remote/server.py, ``reap``)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (usage.ru_utime + usage.ru_stime) * 1000
+    return (usage.ru_utime + usage.ru_stime) * 1000 + _server_children_cpu_ms()
+
+
+def _server_children_cpu_ms() -> float:
+    """The ended workers' CPU time of the operation server of the local
+    sandboxes' scratch directory, in clock ticks (10 ms): exact only in sum."""
+    directory = Path(BaseSandbox.scratch_dir, protocol.SCRIPTS_DIR % os.getuid())
+    try:
+        pid = int((directory / f"{protocol.shipped('server').name}.port").read_text().split()[2])
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except (OSError, IndexError, ValueError):
+        return 0.0
+    return (int(fields[13]) + int(fields[14])) * 1000 / os.sysconf("SC_CLK_TCK")  # cutime, cstime
 
 
 #: Sandboxes created (and deleted) per provider to time ``create()``.
@@ -129,22 +151,25 @@ def main() -> None:
         }
         sandboxes: dict[str, BaseSandbox] = {name: provider.create() for name, provider in providers.items()}
         sandboxes[NO_GREP] = LocalSandbox(_made(Path(state, NO_GREP)), env={"PATH": _python3_only(state)})
+        sandboxes[NO_SERVER] = LocalSandbox(_made(Path(state, NO_SERVER)))
+        sandboxes[NO_SERVER].operation_server = False
         try:
             samples = measure(sandboxes, rounds) | measure_create(providers)
         finally:
             for name, provider in providers.items():
                 provider.delete(sandboxes[name].id)
     print(f"{rounds} rounds each ({CREATES} for create), milliseconds per call (rows '..., CPU ms': CPU)\n")
-    print("| operation | provider | median | mean | p90 | bwrap / local (median) | / python3 (median) |")
+    print("| operation | provider | median | mean | p90 | bwrap / local | / python3 (CPU rows: mean) |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for (operation, name), values in samples.items():
         median, mean = statistics.median(values), statistics.fmean(values)
         p90 = statistics.quantiles(values, n=10)[-1]
         ratio = median / statistics.median(samples[(operation, "local")])
         shown = f"{ratio:.1f}x" if name == "bwrap" else ""
+        average = statistics.fmean if name.endswith(CPU.format("")) else statistics.median
         floor = samples.get((FLOOR, name))
         to_floor = (
-            f"{median / statistics.median(floor):.2f}x" if floor and operation in FILE_OPERATIONS else ""
+            f"{average(values) / average(floor):.2f}x" if floor and operation in FILE_OPERATIONS else ""
         )
         print(f"| {operation} | {name} | {median:.2f} | {mean:.2f} | {p90:.2f} | {shown} | {to_floor} |")
 
