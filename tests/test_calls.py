@@ -247,3 +247,17 @@ def test_walk_key_sorts_as_the_script_walks(tmp_path: Path) -> None:
     walked = [rel for _, rel in walk_files(os.fsencode(tmp_path)) if rel is not None]
     assert sorted(walked) == sorted(made)
     assert sorted(walked, key=walk_key) == walked
+
+
+def test_a_server_launch_that_would_not_fit_is_left_to_a_command_with_room() -> None:
+    """The operation server's launch (docs/protocol.md) rides on a command
+    only where it fits under the budget; else a later command takes it."""
+    server = protocol.shipped("server")
+    launch = f" {server.name} {server.crc} "  # the bootstrap's arguments in a launch's first line
+    call = LS({"path": "Lg==", "start": 0}, [b"x" * 10_000], what="ls")
+    plain, _ = call.command(10**6, protocol.Scripts("/tmp", {}, protocol.ServerState()))
+    state = protocol.ServerState(wanted=True)
+    tight, _ = call.command(len(plain) + 100, protocol.Scripts("/tmp", {}, state))
+    assert launch not in tight and state.wanted and not state.launches
+    roomy, nonce = call.command(10**6, protocol.Scripts("/tmp", {}, state))
+    assert launch in roomy and not state.wanted and state.launches == {nonce}

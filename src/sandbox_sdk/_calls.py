@@ -31,6 +31,7 @@ import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeAlias, TypeVar, cast
 
 from pydantic import BaseModel
@@ -180,24 +181,25 @@ class _ScriptedCall(Call[R]):
     def command(self, max_bytes: int, scripts: protocol.Scripts) -> tuple[str, str]:
         module = protocol.module_of(self.op)
         served = scripts.serves(module)
-        launch = scripts.server.take_launch() if served and scripts.server is not None else None
-        while True:
-            command, nonce = protocol.build_command(
-                module,
-                self.payload,
-                self.blobs,
-                scratch_dir=scripts.scratch_dir,
-                omit_script=scripts.omits(module),
-                served=served,
-                launch=launch,
-            )
-            size = protocol.command_bytes(command)
-            if launch is None or scripts.server is None:
-                break
-            if size <= max_bytes:
-                scripts.server.launches.add(nonce)
-                break
-            scripts.server.wanted, launch = True, None  # by a command with room for it
+        build = partial(
+            protocol.build_command,
+            module,
+            self.payload,
+            self.blobs,
+            scratch_dir=scripts.scratch_dir,
+            omit_script=scripts.omits(module),
+            served=served,
+        )
+        server = scripts.server if served else None
+        launch = server is not None and server.take_launch()
+        command, nonce = build(launch=scripts.server_idle if launch else None)
+        if server is not None and launch:
+            if protocol.command_bytes(command) <= max_bytes:
+                server.launches.add(nonce)
+            else:  # left to a later command with room for it
+                server.wanted = True
+                command, nonce = build()
+        size = protocol.command_bytes(command)
         if size > max_bytes:
             raise errors.SandboxRuntimeError(
                 f"{self.what}: command of {size} bytes exceeds max_command_bytes="

@@ -274,8 +274,9 @@ class SandboxCore(SandboxHandle):
         try:
             known, server = by_dir[self.scratch_dir]
         except KeyError:
-            known, server = by_dir[self.scratch_dir] = ({}, protocol.ServerState(self.operation_server_idle))
-        return protocol.Scripts(self.scratch_dir, known, server if self.operation_server else None)
+            known, server = by_dir[self.scratch_dir] = ({}, protocol.ServerState())
+        server_state = server if self.operation_server else None
+        return protocol.Scripts(self.scratch_dir, known, server_state, self.operation_server_idle)
 
     def _invoke(self, call: Call[R]) -> R:
         """One call: a file operation's round trip gets ``operation_timeout``,

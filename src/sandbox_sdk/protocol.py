@@ -310,17 +310,14 @@ class ServerState:
     launches one first), ``failed_launches`` in a row after which a command
     still found none, and the nonces of the commands that launched one."""
 
-    idle: float
     wanted: bool = False
     failed_launches: int = 0
     launches: set[str] = field(default_factory=set)
 
-    def take_launch(self) -> float | None:
-        """The idle timeout of a server for the next command to launch, if one is wanted."""
-        if not self.wanted:
-            return None
-        self.wanted = False
-        return self.idle
+    def take_launch(self) -> bool:
+        """Whether the next command is to launch a server (one is wanted)."""
+        wanted, self.wanted = self.wanted, False
+        return wanted
 
     def learn(self, response: ExecuteResponse, nonce: str) -> None:
         """Learn from the ``response`` to a served command: a launch wanted
@@ -344,11 +341,13 @@ class Scripts:
     the sandbox); a missing copy costs one more round trip, and then the
     script is always sent for that client (a read-only ``scratch_dir`` costs
     that round trip once per script). ``server`` is the operation server's
-    state, ``None`` where the sandbox uses none."""
+    state, ``None`` where the sandbox uses none; a server it launches leaves
+    after ``server_idle`` seconds without a request."""
 
     scratch_dir: str
     known: dict[str, bool]
     server: ServerState | None = None
+    server_idle: float = 600.0
 
     def omits(self, module: str) -> bool:
         """Whether a command of ``module`` may leave the script out."""
