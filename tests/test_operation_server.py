@@ -227,7 +227,10 @@ def test_an_idle_server_leaves_and_removes_its_port_file(tmp_path: Path, scratch
     sandbox.write("a.txt", "a\n")
     sandbox.write("b.txt", "b\n")
     pid = server_pid(scratch)
+    wait_until(lambda: len(living_children(pid)) >= 2, "the spare workers forked ahead of requests")
+    spares = living_children(pid)
     wait_until(lambda: not alive(pid), "the idle server to leave")
+    wait_until(lambda: not any(map(alive, spares)), "its spare workers to end with it")
     assert not port_file(scratch).exists()
     sandbox.write("c.txt", "c\n")
     assert sandbox.unserved()[-1] == "none"
@@ -423,6 +426,10 @@ def test_an_operation_the_server_was_running_fails_typed_when_the_server_dies(
         os.kill(worker, signal.SIGKILL)
     out, _ = process.communicate(timeout=PATIENCE)
     assert process.returncode == protocol.ExitCode.INTERNAL and "NOT-SERVED" not in out
+
+
+def living_children(pid: int) -> list[int]:
+    return [child for child in workers_of(pid) if alive(child)]
 
 
 def workers_of(pid: int) -> list[int]:

@@ -10,12 +10,13 @@ from bash, before it would start ``python3`` (``protocol.server_request``):
 1. bash connects to the port and sends ``<token> <pid> <script> <crc>``:
    its own pid (``$BASHPID``: the process that holds the descriptors), and
    the installed script and CRC-32 it would run;
-2. the server forks a worker, which answers ``+`` if the token is right,
-   the process ``pid`` shares the server's namespaces, root and
-   credentials, the script is the installed one it has compiled, and the
-   command's standard input, output and error (which bash keeps on fds 5, 4
-   and 6) open through ``/proc/<pid>/fd``; otherwise ``-``, and the command
-   starts ``python3`` as it always did;
+2. a worker the server forked ahead (``Server``) takes the connection and
+   answers ``+`` if the token is right, the process ``pid`` shares the
+   server's namespaces, root and rights (``Credentials``), the script is
+   the installed one it has compiled, and the command's standard input,
+   output and error (which bash keeps on fds 5, 4 and 6) open through
+   ``/proc/<pid>/fd``; otherwise ``-``, and the command starts ``python3``
+   as it always did;
 3. bash answers ``+`` within ten seconds (else it goes on alone, and the
    worker, which has taken nothing yet, gives up): the worker enters the
    command's directory, umask and environment, runs the script on the
@@ -35,7 +36,7 @@ import sys
 from sandbox_sdk.remote._runtime import TYPE_CHECKING, Fail, path_arg
 
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional, Tuple, TypedDict
+    from typing import Any, Dict, List, Optional, Set, Tuple, TypedDict
 
     from sandbox_sdk.remote._runtime import Args, Blobs
 
@@ -49,22 +50,14 @@ if TYPE_CHECKING:
 HANDSHAKE_SECONDS = 10.0
 #: How often the idle server looks at the clock and at its file.
 TICK_SECONDS = 1.0
+#: Workers forked ahead of the connections they will serve.
+SPARES = 2
 #: The bash side's copies of its standard input, output and error.
 STDIN_FD, STDOUT_FD, STDERR_FD = 5, 4, 6
-#: What the scripts import, loaded once by the server rather than by each worker.
+#: What the scripts and the workers import, loaded once by the server rather than by each worker.
 PRELOAD = (
-    "_json",
-    "binascii",
-    "errno",
-    "fcntl",
-    "hashlib",
-    "json",
-    "re",
-    "select",
-    "shutil",
-    "tarfile",
-    "time",
-    "zlib",
+    *("_json", "binascii", "errno", "fcntl", "hashlib", "hmac", "json", "re", "select", "shutil"),
+    *("signal", "stat", "tarfile", "tempfile", "time", "traceback", "zlib"),
 )
 #: The namespaces a command's bash must share with the server (its pid is
 #: the server's pid for it, its paths and its loopback are the server's).
@@ -148,7 +141,10 @@ def detach(keep: Tuple[int, ...]) -> None:
 
 
 class Server:
-    """The accept loop: a worker forked for each connection."""
+    """Keeps ``SPARES`` workers forked ahead, each waiting in ``accept``: a
+    connection finds a process ready (a fork costs 1-2 ms, mostly in the
+    pages the new process then copies), and the server forks the next while
+    that one works."""
 
     def __init__(
         self, scripts: bytes, port_file: bytes, token: str, held: Tuple[Any, int], idle: float
@@ -161,38 +157,70 @@ class Server:
         self.compiled: Dict[bytes, Script] = {}  # by installed script name
         self.scanned: Optional[Tuple[int, int]] = None  # the scripts directory's (inode, mtime) when read
         self.own = Credentials(b"/proc/self")
+        self.spares: Set[int] = set()
 
     def run(self) -> None:
-        import socket
+        import gc
+        import signal
         import time
 
         for module in PRELOAD:
             __import__(module)
-        self.listener.settimeout(TICK_SECONDS)
+        taken, told = posix.pipe()  # a spare that took a connection writes its pid here
         last = time.monotonic()
-        while True:
-            reap()
-            try:
-                conn, _ = self.listener.accept()
-            except socket.timeout:
-                if time.monotonic() - last > self.idle or not self.named():
+        try:
+            while True:
+                self.spares -= reap()  # a spare killed before it took a connection, say
+                self.scan()
+                if len(self.spares) < SPARES:
+                    # What the server holds stays out of the collector's reach: a worker's
+                    # collection would touch (and so copy) every page it shares with the server.
+                    gc.collect()
+                    gc.freeze()
+                while len(self.spares) < SPARES:
+                    self.spares.add(self.fork_spare(taken, told))
+                if self.took(taken, TICK_SECONDS):
+                    last = time.monotonic()
+                elif time.monotonic() - last > self.idle or not self.named():
                     break
-                continue
-            last = time.monotonic()
-            self.scan()
-            if posix.fork() == 0:
-                try:
-                    self.listener.close()
-                    posix.close(self.lock)  # a worker that outlives the server holds no lock
-                    Worker(self, conn).run()
-                finally:
-                    posix._exit(0)
-            conn.close()
-        if self.named():
-            try:  # noqa: SIM105 - as above
-                posix.unlink(self.port_file)
-            except OSError:
-                pass
+        finally:
+            self.took(taken, 0)
+            for pid in self.spares - reap():  # waiting in accept on the listener: not to outlive the server
+                posix.kill(pid, signal.SIGKILL)
+            if self.named():
+                try:  # noqa: SIM105 - as above
+                    posix.unlink(self.port_file)
+                except OSError:
+                    pass
+
+    def took(self, taken: int, wait: float) -> bool:
+        """Whether a spare took a connection within ``wait`` seconds (it is
+        a spare no more)."""
+        import select
+
+        if not select.select([taken], [], [], wait)[0]:
+            return False
+        self.spares.difference_update(int(pid) for pid in posix.read(taken, 4096).split())
+        return True
+
+    def fork_spare(self, taken: int, told: int) -> int:
+        pid = posix.fork()
+        if pid:
+            return pid
+        try:  # a spare: one connection, then it ends
+            posix.close(taken)
+            posix.close(self.lock)  # a worker that outlives the server holds no lock
+            # The checks a request makes, made once on this process: the pages
+            # they write are copied from the server's now, not while bash waits.
+            Credentials(b"/proc/self")
+            read_or_empty(b"/proc/self/environ")
+            conn, _ = self.listener.accept()
+            posix.write(told, b"%d\n" % posix.getpid())
+            posix.close(told)
+            self.listener.close()
+            Worker(self, conn).run()
+        finally:
+            posix._exit(0)
 
     def named(self) -> bool:
         """Whether the port file still names this server (else another one
@@ -245,28 +273,71 @@ class Server:
             code = compile(source, path.decode("utf-8", "replace"), "exec")
         except (OSError, SyntaxError, ValueError):
             return None
-        return Script(binascii.crc32(source), code, identity)
+        return Script(binascii.crc32(source), code, identity, prepared(source, path))
 
 
 class Script:
-    """An installed script compiled: its CRC-32, code, and the file's (inode, size, mtime) then."""
+    """An installed script compiled: its CRC-32, its code, the file's (inode,
+    size, mtime) then, and the namespace its body made (``None`` if it did
+    not end in ``main(OPS)``, as a shipped script does)."""
 
-    def __init__(self, crc: int, code: Any, identity: Tuple[int, int, int]) -> None:
+    def __init__(
+        self, crc: int, code: Any, identity: Tuple[int, int, int], namespace: Optional[Dict[str, Any]]
+    ) -> None:
         self.crc = crc
         self.code = code
         self.identity = identity
+        self.namespace = namespace
+
+    def run(self) -> None:
+        """What ``python3`` would do with the script: its body (made once, by
+        the server, where it can be) and ``main(OPS)``."""
+        if self.namespace is None:
+            exec(self.code, {"__name__": "__main__"})
+        else:
+            self.namespace["main"](self.namespace["OPS"])
 
 
-def reap() -> None:
+def prepared(source: bytes, path: bytes) -> Optional[Dict[str, Any]]:
+    """The namespace of a shipped script's body, all of it but its last
+    statement, ``main(OPS)``: definitions, imports and constants, made once
+    instead of by every worker; ``None`` for any other script, or one whose
+    body fails."""
+    import ast
+
+    tree = ast.parse(source)
+    last = tree.body[-1] if tree.body else None
+    call = last.value if isinstance(last, ast.Expr) else None
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == "main"
+        and [arg.id for arg in call.args if isinstance(arg, ast.Name)] == ["OPS"]
+        and len(call.args) == 1
+    ):
+        return None
+    namespace: Dict[str, Any] = {"__name__": "__main__"}
+    body = ast.Module(body=tree.body[:-1], type_ignores=[])
+    try:
+        exec(compile(body, path.decode("utf-8", "replace"), "exec"), namespace)
+    except Exception:  # noqa: BLE001 - run as a whole by each worker then, which reports it
+        return None
+    return namespace
+
+
+def reap() -> Set[int]:
     """Wait for the workers that ended (so their CPU time is the server's
-    children's, as a command's interpreter is its shell's: benchmarks/execute_overhead)."""
+    children's, as a command's interpreter is its shell's:
+    benchmarks/execute_overhead); their pids."""
+    ended: Set[int] = set()
     while True:
         try:
             pid, _ = posix.waitpid(-1, posix.WNOHANG)
         except ChildProcessError:
-            return
+            return ended
         if pid == 0:
-            return
+            return ended
+        ended.add(pid)
 
 
 class Credentials:
@@ -324,14 +395,14 @@ class Worker:
             return
         self.conn.settimeout(None)
         self.die_with_command()
-        code, fds, credentials, environ = admitted
+        script, fds, credentials, environ = admitted
         if credentials.umask is not None:
             posix.umask(credentials.umask)
         replace_environ(environ)
         for fd, target in zip(fds, (0, 1, 2)):  # noqa: B905 - Python 3.8 has no strict
             posix.dup2(fd, target)
             posix.close(fd)
-        status = run_script(code)
+        status = run_script(script)
         detach(keep=(self.conn.fileno(),))  # the command's output ends with bash, not later
         self.conn.sendall(b"%d\n" % status)
 
@@ -347,7 +418,9 @@ class Worker:
 
         return hmac.compare_digest(token, self.server.token.encode("ascii"))
 
-    def admit(self, pid: int, name: bytes, crc: int) -> Optional[Tuple[Any, List[int], Credentials, bytes]]:
+    def admit(
+        self, pid: int, name: bytes, crc: int
+    ) -> Optional[Tuple[Script, List[int], Credentials, bytes]]:
         """What the worker needs to serve the command of process ``pid``
         (and the worker in that process's directory), or ``None`` if it
         cannot be served here."""
@@ -378,7 +451,7 @@ class Worker:
             for fd in fds:
                 posix.close(fd)
             return None
-        return script.code, fds, credentials, environ
+        return script, fds, credentials, environ
 
     def die_with_command(self) -> None:
         """A ``SIGIO`` when bash's end closes kills this worker and what it
@@ -434,10 +507,10 @@ def replace_environ(environ: bytes) -> None:
     os.environb.update(pairs)
 
 
-def run_script(code: Any) -> int:
+def run_script(script: Script) -> int:
     """Run an installed script as ``python3`` would run it; its exit status."""
     try:
-        exec(code, {"__name__": "__main__"})
+        script.run()
         status = 0
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else 1
