@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.providers.local import LocalSandbox
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests make many sandboxes with scratch directories of their own, each
+    with an operation server: those leave after 30 s without a request, not
+    the default 10 minutes (tests of the idle exit set their own)."""
+    BaseSandbox.operation_server_idle = 30.0
 
 
 @pytest.fixture

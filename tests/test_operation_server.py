@@ -469,3 +469,17 @@ def test_scripts_removed_under_a_running_server_are_installed_again(scratch: Pat
     assert served.unserved() == ["none"]
     assert served.stat("seed.txt").size == 5  # a server started again
     assert served.unserved() == [""]
+
+
+def test_a_killed_server_takes_its_spare_workers(scratch: Path, served: Recorder) -> None:
+    """Its spares wait on its listener: killed (no clean-up of its own), the
+    server leaves them a closed pipe, and they leave too; the next command
+    finds no server, and the one after starts another."""
+    pid = server_pid(scratch)
+    wait_until(lambda: len(living_children(pid)) >= 2, "the spare workers")
+    spares = living_children(pid)
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not any(map(alive, spares)), "the spares to leave with their server")
+    served.write("after.txt", "x\n")
+    served.write("after2.txt", "y\n")
+    assert served.unserved() == ["none", ""]

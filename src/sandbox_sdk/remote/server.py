@@ -158,15 +158,18 @@ class Server:
         self.scanned: Optional[Tuple[int, int]] = None  # the scripts directory's (inode, mtime) when read
         self.own = Credentials(b"/proc/self")
         self.spares: Set[int] = set()
+        self.lifeline = self.lifeline_write = -1  # the pipe the spares watch (see run)
 
     def run(self) -> None:
         import gc
-        import signal
         import time
 
         for module in PRELOAD:
             __import__(module)
         taken, told = posix.pipe()  # a spare that took a connection writes its pid here
+        # Only the server holds the write end: a spare sees the read end's EOF
+        # once the server is gone (killed, even), and leaves too.
+        self.lifeline, self.lifeline_write = posix.pipe()
         last = time.monotonic()
         try:
             while True:
@@ -183,10 +186,7 @@ class Server:
                     last = time.monotonic()
                 elif time.monotonic() - last > self.idle or not self.named():
                     break
-        finally:
-            self.took(taken, 0)
-            for pid in self.spares - reap():  # waiting in accept on the listener: not to outlive the server
-                posix.kill(pid, signal.SIGKILL)
+        finally:  # the spares leave with the server (the lifeline's end)
             if self.named():
                 try:  # noqa: SIM105 - as above
                     posix.unlink(self.port_file)
@@ -210,17 +210,37 @@ class Server:
         try:  # a spare: one connection, then it ends
             posix.close(taken)
             posix.close(self.lock)  # a worker that outlives the server holds no lock
+            posix.close(self.lifeline_write)
             # The checks a request makes, made once on this process: the pages
             # they write are copied from the server's now, not while bash waits.
             Credentials(b"/proc/self")
             read_or_empty(b"/proc/self/environ")
-            conn, _ = self.listener.accept()
-            posix.write(told, b"%d\n" % posix.getpid())
-            posix.close(told)
-            self.listener.close()
-            Worker(self, conn).run()
+            conn = self.accept()
+            if conn is not None:
+                posix.write(told, b"%d\n" % posix.getpid())
+                posix.close(told)
+                self.listener.close()
+                Worker(self, conn).run()
         finally:
             posix._exit(0)
+
+    def accept(self) -> Any:
+        """The next connection; ``None`` once the server is gone. (The
+        listener is non-blocking: another spare may take a connection
+        both were woken for.)"""
+        import select
+
+        self.listener.setblocking(False)
+        while True:
+            ready = select.select([self.listener, self.lifeline], [], [])[0]
+            if self.lifeline in ready:
+                return None
+            try:
+                conn, _ = self.listener.accept()
+            except BlockingIOError:
+                continue
+            conn.setblocking(True)
+            return conn
 
     def named(self) -> bool:
         """Whether the port file still names this server (else another one
