@@ -223,7 +223,7 @@ def test_a_replaced_port_file_ends_the_server(scratch: Path, served: Recorder) -
 
 def test_an_idle_server_leaves_and_removes_its_port_file(tmp_path: Path, scratch: Path) -> None:
     sandbox = sandbox_in(tmp_path / "root", scratch)
-    sandbox.operation_server_idle = 1.0
+    sandbox.operation_server_idle = 3.0  # time enough to see its spares on a loaded machine
     sandbox.write("a.txt", "a\n")
     sandbox.write("b.txt", "b\n")
     pid = server_pid(scratch)
