@@ -65,6 +65,31 @@ def processes_in(namespace: str) -> list[int]:
     return found
 
 
+def stat_fields(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat`` after the command name (state first), or ``None``."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+
+
+def starts(pids: list[int]) -> list[tuple[int, str]]:
+    """Each process with its start time: a namespace's number is reused once
+    it is gone (by a jail of a test running beside this one, say); a process
+    that ran in it is known by these two."""
+    return [(pid, fields[19]) for pid in pids if (fields := stat_fields(pid)) is not None]
+
+
+def still_running(processes: list[tuple[int, str]]) -> list[int]:
+    """Those of ``processes`` (see ``starts``) that still run (zombies do not)."""
+    return [
+        pid
+        for pid, start in processes
+        if (fields := stat_fields(pid)) is not None and fields[19] == start and fields[0] != "Z"
+    ]
+
+
 def eventually(condition: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + PATIENCE
     while not condition():
@@ -244,11 +269,13 @@ def test_a_sandbox_made_without_a_provider_ends_its_jail_when_collected(tmp_path
     shell(sandbox, "setsid sleep 600 >/dev/null 2>&1 &")
     jail_dir = sandbox.jail.directory
     namespace = namespace_of(int((jail_dir / "pid").read_text().split()[0]))
+    jailed = starts(processes_in(namespace))
+    assert len(jailed) >= 3  # bwrap's PID 1, the jail's server, the sleep
     del sandbox
     gc.collect()
     assert not jail_dir.exists()
     # its PID 1 is gone; the kernel may still be tearing down the rest of its namespace
-    eventually(lambda: processes_in(namespace) == [], "the collected sandbox's jail still runs")
+    eventually(lambda: still_running(jailed) == [], "the collected sandbox's jail still runs")
 
 
 def test_an_idle_empty_jail_ends_and_the_next_command_starts_another(
@@ -259,7 +286,8 @@ def test_an_idle_empty_jail_ends_and_the_next_command_starts_another(
     shell(busy, "setsid sleep 600 >/dev/null 2>&1 &")
     first = jail_pid(provider, empty)
     empty_namespace, busy_namespace = namespace_of(first), namespace_of(jail_pid(provider, busy))
-    eventually(lambda: processes_in(empty_namespace) == [], "the idle jail still runs")
+    empty_jail = starts(processes_in(empty_namespace))
+    eventually(lambda: still_running(empty_jail) == [], "the idle jail still runs")
     assert len(processes_in(busy_namespace)) == 3  # kept: a process runs in it
     assert shell(empty, "echo again") == "again\n"
     assert jail_pid(provider, empty) != first
