@@ -506,3 +506,26 @@ def test_a_plain_word_regex_is_searched_as_one(sandboxes: dict[str, Counting], t
     assert [line.split()[0] for line in runs(tmp_path, "grep")] == ["-r"]
     assert runs(tmp_path, "python") == []
     assert found == sandboxes["walk"].grep(f"ne(e)dle|{NEEDLE}", "tree", fixed_strings=False)
+
+
+def test_the_shell_path_leaves_the_script_out_until_it_is_known_missing(tmp_path: Path, root: Path) -> None:
+    """The script runs only when grep cannot answer: a shell grep's command
+    carries it only once it is known missing. A fallback that finds no
+    installed copy is sent again in full (one more round trip), and from then
+    on the script travels, as any script known missing does."""
+    sandbox = Counting(root)
+    sandbox.scratch_dir = str(tmp_path / "fresh-scratch")
+    found = sandbox.grep(NEEDLE, "tree")
+    ((command, _),) = sandbox.calls
+    assert found.matches and len(command) < 4096  # the packed script alone is over 8 KB
+    sandbox.calls.clear()
+    capped = sandbox.grep(NEEDLE, "tree", max_matches=2)  # past the cap: the script answers
+    assert capped.truncated and [m.line_number for m in capped.matches] == [
+        m.line_number for m in found.matches[:2]
+    ]
+    (omitted, response), (full, _) = sandbox.calls
+    assert "@@SANDBOX_SDK_NO_SCRIPT" in response.output and len(omitted) < 4096 < len(full)
+    sandbox.calls.clear()
+    sandbox.grep(NEEDLE, "tree")
+    ((again, _),) = sandbox.calls
+    assert len(again) > 4096

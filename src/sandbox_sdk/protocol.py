@@ -349,9 +349,11 @@ class Scripts:
     server: ServerState | None = None
     server_idle: float = 600.0
 
-    def omits(self, module: str) -> bool:
-        """Whether a command of ``module`` may leave the script out."""
-        return self.known.get(module, False)
+    def omits(self, module: str, *, unless_missing: bool = False) -> bool:
+        """Whether a command of ``module`` may leave the script out: once it
+        is known installed, or (``unless_missing``) until it is known
+        missing, for a command that seldom runs it."""
+        return self.known.get(module, unless_missing)
 
     def serves(self, module: str) -> bool:
         """Whether a command of ``module`` asks the operation server first."""
