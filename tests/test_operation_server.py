@@ -483,3 +483,21 @@ def test_a_killed_server_takes_its_spare_workers(scratch: Path, served: Recorder
     served.write("after.txt", "x\n")
     served.write("after2.txt", "y\n")
     assert served.unserved() == ["none", ""]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a file of another user needs root")
+def test_a_port_file_of_another_user_is_not_read(tmp_path: Path, scratch: Path) -> None:
+    """Another user of a shared ``/tmp`` may make a scripts directory in our
+    name, but not a file of ours in it: bash reads no port file it does not own."""
+    sandbox = sandbox_in(tmp_path / "root", scratch)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        scripts_dir(scratch).mkdir(mode=0o700)
+        port_file(scratch).write_text(f"{listener.getsockname()[1]} token 1\n")
+        os.chown(port_file(scratch), 65534, 65534)
+        listener.settimeout(0.5)
+        sandbox.write("a.txt", "a\n")
+        with pytest.raises(TimeoutError):
+            listener.accept()  # nobody asked
+    assert sandbox.unserved() == ["none"] and sandbox.read("a.txt").content == "a\n"

@@ -377,11 +377,14 @@ def server_request(scratch_dir: str, script: Shipped, nonce: str) -> str:
     """Bash asking the operation server (remote/server.py) to run ``script``
     on this command's input and output, and exiting with its status if it
     does; else it goes on, and says why (:data:`UNSERVED_MARKER`). Bash alone:
-    another shell has no ``/dev/tcp`` (nor ``read -t -u``)."""
+    another shell has no ``/dev/tcp`` (nor ``read -t -u``). Only a port file
+    the user owns is read: another user of a shared ``/tmp`` could make the
+    directory, but not a file of ours in it."""
     before, _, after = SCRIPTS_DIR.partition("%d")  # the user's own directory, as the bootstrap's
     port_file = f'{shlex.quote(scratch_dir)}/{before}"$UID"{after}/{shipped("server").name}.port'
     return (
-        f'if [ -n "${{BASH_VERSION-}}" ]; then S={NO_SERVER}; read -r P T _ 2>/dev/null <{port_file} && {{'
+        f'if [ -n "${{BASH_VERSION-}}" ]; then S={NO_SERVER}; F={port_file};'
+        f' [ -O "$F" ] && read -r P T _ 2>/dev/null <"$F" && {{'
         f" S={DECLINED}; printf '%s %s {script.name} {script.crc}\\n' \"$T\" $BASHPID >&3"
         f" && read -r -t {SERVER_HANDSHAKE_SECONDS} -u 3 R && [ \"$R\" = + ] && printf '+\\n' >&3"
         f' && {{ read -r -u 3 R; exit "${{R:-{int(ExitCode.INTERNAL)}}}"; }}; }}'
