@@ -267,16 +267,21 @@ def test_a_listener_that_is_not_the_server_gets_nothing_and_the_command_runs_alo
     assert served.unserved()[0] == "declined"
 
 
-def run_served_command(
-    scratch: Path, cwd: Path, script: str, command_prefix: str = ""
-) -> subprocess.Popen[str]:
-    """A served command of a test's own installed script ``sbx_probe_<n>.py`` (the
-    server runs any installed script it is asked for by name and CRC-32), started
-    by ``bash`` in ``cwd``."""
+def install_probe(scratch: Path, script: str) -> protocol.Shipped:
+    """``script`` installed as ``sbx_probe_<n>.py``: the server runs any
+    installed script it is asked for by name and CRC-32."""
     source = script.encode("utf-8")
     name = f"sbx_probe_{os.urandom(4).hex()}"
     (scripts_dir(scratch) / f"{name}.py").write_bytes(source)
-    shipped = protocol.Shipped(name=name, crc=binascii.crc32(source), packed="")
+    return protocol.Shipped(name=name, crc=binascii.crc32(source), packed="")
+
+
+def run_served_command(
+    scratch: Path, cwd: Path, script: str, command_prefix: str = ""
+) -> subprocess.Popen[str]:
+    """A served command of a test's own installed script (``install_probe``),
+    started by ``bash`` in ``cwd``."""
+    shipped = install_probe(scratch, script)
     nonce = os.urandom(16).hex()
     command = (
         f"{command_prefix}{{ {protocol.server_request(str(scratch), shipped, nonce)}\n"
@@ -335,16 +340,12 @@ def test_a_killed_command_takes_its_worker_and_what_the_worker_started(
 def test_output_to_a_file_not_opened_for_appending_is_not_served(tmp_path: Path, served: Recorder) -> None:
     """A new description of such a file would write from its start, over
     what the command wrote before: the worker declines, ``python3`` runs."""
-    probe = "print('served')\n"
+    shipped = install_probe(Path(served.scratch_dir), "print('served')\n")
     for mode, expected in (("w", "declined"), ("a", "")):
         out = tmp_path / f"out-{mode}.txt"
         with open(out, mode) as sink:
             sink.write("before\n")
             sink.flush()
-            source = probe.encode()
-            name = f"sbx_probe_{mode}"
-            (scripts_dir(Path(served.scratch_dir)) / f"{name}.py").write_bytes(source)
-            shipped = protocol.Shipped(name=name, crc=binascii.crc32(source), packed="")
             command = (
                 f"{{ {protocol.server_request(served.scratch_dir, shipped, 'n')}\necho alone; }} </dev/null"
             )

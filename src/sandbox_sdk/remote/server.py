@@ -77,8 +77,7 @@ def serve(args: Args, blobs: Blobs) -> Tuple[Served, Blobs]:
 
     scripts = path_arg(args, "scratch") + b"/" + (args["dir"] % posix.getuid()).encode("ascii")
     base = scripts + b"/" + path_arg(args, "name")
-    st = posix.lstat(scripts)
-    if st.st_mode & 0o170022 != 0o40000 or st.st_uid != posix.getuid():
+    if not users_own(posix.lstat(scripts)):
         raise Fail("PERMISSION_DENIED", "the scripts directory is not the user's own", scripts)
     lock = posix.open(
         base + b".lock", posix.O_RDWR | posix.O_CREAT | posix.O_CLOEXEC | posix.O_NOFOLLOW, 0o600
@@ -110,6 +109,13 @@ def serve(args: Args, blobs: Blobs) -> Tuple[Served, Blobs]:
         Server(scripts, port_file, token, (listener, lock), float(args["idle"])).run()
     finally:
         posix._exit(0)
+
+
+def users_own(st: posix.stat_result) -> bool:
+    """A directory (``lstat``) the user owns and no one else may write: the
+    bootstrap's ``own()`` (protocol.BOOTSTRAP), the only directory scripts
+    are run from."""
+    return st.st_mode & 0o170022 == 0o40000 and st.st_uid == posix.getuid()
 
 
 def replace_file(path: bytes, data: bytes) -> None:
@@ -262,7 +268,7 @@ class Server:
             return
         if (st.st_ino, st.st_mtime_ns) == self.scanned:
             return
-        if st.st_mode & 0o170022 != 0o40000 or st.st_uid != posix.getuid():
+        if not users_own(st):
             self.compiled = {}
             return
         self.scanned = (st.st_ino, st.st_mtime_ns)
