@@ -18,8 +18,8 @@ import pytest
 from pydantic import ValidationError
 
 from sandbox_sdk import _calls, _kernel, errors, protocol
-from sandbox_sdk._calls import LS, READ_CHUNK, RUN, Call, Script, walk_key
-from sandbox_sdk.models import ExecuteResponse, FileInfo
+from sandbox_sdk._calls import GREP, LS, READ_CHUNK, RUN, Call, Script, ShellGrepCall, walk_key, walk_keys
+from sandbox_sdk.models import ExecuteResponse, FileInfo, GrepResult
 from sandbox_sdk.remote import _runtime
 from sandbox_sdk.remote.grep import walk_files
 
@@ -247,6 +247,61 @@ def test_walk_key_sorts_as_the_script_walks(tmp_path: Path) -> None:
     walked = [rel for _, rel in walk_files(os.fsencode(tmp_path)) if rel is not None]
     assert sorted(walked) == sorted(made)
     assert sorted(walked, key=walk_key) == walked
+
+
+def test_walk_keys_are_walk_key_for_one_directory_at_once() -> None:
+    """The translation of many names at once gives each name's own key,
+    with the bytes that part them (0xf5, 0xff after translation) in names."""
+    rng = random.Random(5)
+    alphabet = [b"a", b"b", b"\x01", b"\x0b", b"\xf5", b"\xff", b"\xfe", b".", b" "]
+    for _ in range(200):
+        names = [b"".join(rng.choices(alphabet, k=rng.randint(1, 4))) for _ in range(rng.randint(1, 8))]
+        assert walk_keys(names) == [walk_key(name) for name in names]
+    nested = [b"a/b", b"a", b"b/c/d"]
+    assert walk_keys(nested) == [walk_key(name) for name in nested] and walk_keys([]) == []
+
+
+def shell_grep(root: bytes, max_matches: int = 1000, budget: int = 10**6) -> ShellGrepCall:
+    args = {"pattern": "bg==", "path": "", "glob": None, "max_matches": max_matches,
+            "max_line_bytes": 1000, "budget": budget}  # fmt: skip
+    return ShellGrepCall(GREP(args, what="grep"), "grep", b"n", root, None, "direct")
+
+
+@pytest.mark.parametrize("cap", [1000, 2])
+def test_a_result_from_grep_records_behaves_as_a_validated_one(cap: int) -> None:
+    """GNU grep's records become a result without pydantic's validation,
+    cut at the cap or not: in walk order, names joined as the script joins
+    them, and every behaviour of a validated result."""
+    records = b"d/b\x001:n one\nd/b\x003:n \xff\nd/a/x\x002:an\nd/c\x007:n\n"  # grep cuts "d//" to "d/"
+    result = shell_grep(b"d//", max_matches=cap)._search(records)
+    assert result is not None
+    validated = GrepResult.model_validate(result.model_dump())
+    assert (result, repr(result), result.model_dump()) == (validated, repr(validated), validated.model_dump())
+    assert [hash(m) for m in result.matches] == [hash(m) for m in validated.matches]
+    assert result.model_fields_set == validated.model_fields_set
+    assert pickle.loads(pickle.dumps(result)) == validated
+    expected = [("d//c", 7), ("d//b", 1), ("d//b", 3), ("d//a/x", 2)][:cap]
+    assert [(m.path, m.line_number) for m in result.matches] == expected
+    assert [m.line for m in result.matches] == ["n", "n one", "n \ufffd", "an"][:cap]
+    assert result.truncated == (cap == 2)
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        b"d/a\x001:n\n" + b"grep: d/z: binary file matches\n",  # a message after the records
+        b"grep: d/z: binary file matches\n" + b"d/a\x001:n\n",  # before: it joins a name
+        b"d/a\x001:n\nd/a\nb\x002:n\n",  # a name with a newline
+        b"d/a\x001:n",  # cut
+        b"e/a\x001:n\n",  # not below the root
+        b"d/\x001:n\n",  # the root's own name, a directory
+        b"d/a\x00x:n\n",  # no line number
+        b"d/a\x001:n\x00\n",  # a NUL in a line
+        b"d/a\x001:li" + b"grep: d/z: binary file matches\n" + b"ne\n",  # a message inside a record
+    ],
+)
+def test_what_is_not_grep_records_is_not_taken(records: bytes) -> None:
+    assert shell_grep(b"d")._search(records) is None
 
 
 def test_a_server_launch_that_would_not_fit_is_left_to_a_command_with_room() -> None:

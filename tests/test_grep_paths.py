@@ -1,6 +1,8 @@
 """grep's ways of searching give the same result on the same tree:
 
-- **shell**: GNU grep run by bash alone, no interpreter (a fixed string);
+- **shell**: GNU grep run by bash alone, no interpreter (a fixed string),
+  in its guarded form (a sandbox's first grep) and its direct one (bash
+  execs grep; the greps after a first one that grep answered);
 - **script**: the ``grep`` script running GNU grep with an argument vector
   over the files its walk found (here: a grep that refuses ``-r``, so the
   shell path hands over to the script in the same round trip);
@@ -147,6 +149,26 @@ def sandboxes(tmp_path: Path, root: Path) -> dict[str, Counting]:
     return made
 
 
+#: The shell path's two forms: a sandbox's first grep is guarded; once one
+#: was answered, bash execs GNU grep itself.
+FORMS = ["guarded", "direct"]
+
+
+def take_form(sandbox: Counting, form: str, tmp_path: Path) -> None:
+    """Put ``sandbox``'s next grep in ``form``: for ``direct``, a first grep
+    that GNU grep answers (then forgotten: its calls and runs)."""
+    if form == "direct":
+        assert sandbox.grep(NEEDLE, "tree").matches
+        sandbox.calls.clear()
+        for log in ("grep-runs", "python-runs"):
+            (tmp_path / log).unlink(missing_ok=True)
+
+
+def shell_form(command: str) -> str:
+    """Which form a shell grep's command took."""
+    return "direct" if "exec grep " in command else "guarded" if "| LC_ALL=C sed " in command else "none"
+
+
 def runs(tmp_path: Path, program: str) -> list[str]:
     log = tmp_path / f"{program}-runs"
     return log.read_bytes().decode("utf-8", "replace").splitlines() if log.exists() else []
@@ -176,14 +198,27 @@ CASES = [
 ]
 
 
+#: The cases whose every match GNU grep prints within the provider's output
+#: (the others go to the script): the direct form cuts them at the cap itself.
+CAPPED = {"cap-1", "cap-5", "cap-17"}
+
+
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize(("pattern", "options"), CASES)
 def test_every_way_finds_the_same(
-    sandboxes: dict[str, Counting], root: Path, tmp_path: Path, pattern: str, options: dict[str, object]
+    sandboxes: dict[str, Counting],
+    root: Path,
+    tmp_path: Path,
+    pattern: str,
+    options: dict[str, object],
+    form: str,
 ) -> None:
+    take_form(sandboxes["shell"], form, tmp_path)
     results = search_all(sandboxes, pattern, **options)
     assert results["shell"] == results["script"] == results["walk"] == results["failing"]
     assert not (root / "tree" / "pwned").exists() and not (root / "pwned").exists()
-    assert len(sandboxes["shell"].calls) == 1
+    ((command, _),) = sandboxes["shell"].calls
+    assert shell_form(command) in (form, "none")
 
 
 #: The cases GNU grep alone answers. In the others the script takes over:
@@ -207,14 +242,49 @@ SHELL_CASES = [
 ]
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize(("pattern", "options"), SHELL_CASES)
 def test_the_shell_path_needs_no_interpreter(
-    sandboxes: dict[str, Counting], tmp_path: Path, pattern: str, options: dict[str, object]
+    sandboxes: dict[str, Counting], tmp_path: Path, pattern: str, options: dict[str, object], form: str
 ) -> None:
-    """On this tree, GNU grep alone finds the result: one round trip, no ``python3``."""
+    """On this tree, GNU grep alone finds the result: one round trip, no
+    ``python3`` (in the direct form, capped cases too: the client cuts)."""
+    take_form(sandboxes["shell"], form, tmp_path)
     sandboxes["shell"].grep(pattern, "tree", **options)  # type: ignore[arg-type]
     assert [line.split()[0] for line in runs(tmp_path, "grep")] == ["-r"]
     assert runs(tmp_path, "python") == []
+
+
+@pytest.mark.parametrize(("pattern", "options"), [case for case in CASES if case.id in CAPPED])
+def test_the_direct_form_cuts_at_the_cap_itself(
+    sandboxes: dict[str, Counting], tmp_path: Path, pattern: str, options: dict[str, object]
+) -> None:
+    """Past the cap, the guarded form hands over to the script (sed stops
+    grep); the direct form has every line grep printed and cuts them in walk
+    order: no interpreter, one round trip."""
+    take_form(sandboxes["shell"], "direct", tmp_path)
+    found = sandboxes["shell"].grep(pattern, "tree", **options)  # type: ignore[arg-type]
+    assert runs(tmp_path, "python") == [] and len(sandboxes["shell"].calls) == 1
+    assert found.truncated and found == sandboxes["walk"].grep(pattern, "tree", **options)  # type: ignore[arg-type]
+
+
+def test_the_direct_form_is_gnu_grep_in_bashs_place(sandboxes: dict[str, Counting], tmp_path: Path) -> None:
+    """A first grep that GNU grep answered makes the next one direct: bash
+    execs grep (it is the process the provider started: its parent is this
+    one) and nothing is printed but grep's records; the guarded form runs
+    grep in a pipeline below bash."""
+    log = tmp_path / "parents"
+    folder = tmp_path / "bin-parent"
+    shutil.copytree(tmp_path / "bin-shell", folder, symlinks=True)
+    (folder / "grep").write_text(f'#!/bin/sh\necho "$PPID" >> "{log}"\nexec {GREP} "$@"\n')
+    sandbox = Counting(sandboxes["shell"].root_dir, env={"PATH": str(folder)})
+    first, second = sandbox.grep(NEEDLE, "tree"), sandbox.grep(NEEDLE, "tree")
+    assert first == second == sandboxes["walk"].grep(NEEDLE, "tree")
+    assert [shell_form(command) for command, _ in sandbox.calls] == ["guarded", "direct"]
+    guarded_parent, direct_parent = map(int, log.read_text().split())
+    assert direct_parent == os.getpid() != guarded_parent
+    output = sandbox.calls[1][1].output
+    assert output.startswith("tree/") and "@@SANDBOX_SDK" not in output
 
 
 def test_the_result_is_what_the_walk_finds(sandboxes: dict[str, Counting]) -> None:
@@ -252,6 +322,7 @@ def test_the_result_is_what_the_walk_finds(sandboxes: dict[str, Counting]) -> No
 
 
 def test_caps_cut_where_the_walk_would(sandboxes: dict[str, Counting]) -> None:
+    """The first grep is guarded, the capped ones after it direct."""
     full = sandboxes["shell"].grep(NEEDLE, "tree").matches
     for cap in (1, 4, len(full) - 1):
         cut = sandboxes["shell"].grep(NEEDLE, "tree", max_matches=cap)
@@ -259,17 +330,20 @@ def test_caps_cut_where_the_walk_would(sandboxes: dict[str, Counting]) -> None:
         assert cut == sandboxes["walk"].grep(NEEDLE, "tree", max_matches=cap)
 
 
-def test_the_output_budget_cuts_where_the_walk_would(root: Path) -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_the_output_budget_cuts_where_the_walk_would(root: Path, tmp_path: Path, form: str) -> None:
     """A small ``max_output_bytes``: grep's raw output is cut by the provider,
     the script searches again within its budget."""
     for i in range(30):
         (root / "wide" / f"f{i}.txt").parent.mkdir(exist_ok=True)
         (root / "wide" / f"f{i}.txt").write_text(f"{NEEDLE} {'x' * 2000}\n")
     small = {name: Counting(root, max_output_bytes=20_000) for name in ("shell", "walk")}
+    take_form(small["shell"], form, tmp_path)
     shell = small["shell"].grep(NEEDLE, "wide")
     walk = small["walk"].grep(NEEDLE, "wide", fixed_strings=False)
     assert shell.truncated and shell == walk
     assert [response.truncated for _, response in small["shell"].calls] == [True, False]
+    assert shell_form(small["shell"].calls[0][0]) == form
 
 
 def test_ignore_case_and_regex_use_the_script(sandboxes: dict[str, Counting], tmp_path: Path) -> None:
@@ -328,12 +402,22 @@ TRIGGERS = [
 ]
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize(("make", "round_trips"), TRIGGERS)
 def test_the_shell_path_hands_over_to_the_script(
-    sandboxes: dict[str, Counting], root: Path, tmp_path: Path, make: Callable[[Path], None], round_trips: int
+    sandboxes: dict[str, Counting],
+    root: Path,
+    tmp_path: Path,
+    make: Callable[[Path], None],
+    round_trips: int,
+    form: str,
 ) -> None:
+    """The guarded form hands over in the same round trip (where the bytes
+    came back whole); the direct form in a second one, and the sandbox's
+    greps are guarded from then on."""
     if make in (make_unreadable_dir, make_unreadable_file) and os.geteuid() == 0 and not DROP_ROOT_READ:
         pytest.skip("root reads everything and setpriv is missing")
+    take_form(sandboxes["shell"], form, tmp_path)
     make(root / "tree")
     try:
         results = search_all(sandboxes, NEEDLE)
@@ -342,8 +426,11 @@ def test_the_shell_path_hands_over_to_the_script(
             if locked.exists():
                 locked.chmod(0o755)
     assert results["shell"] == results["script"] == results["walk"] == results["failing"]
-    assert len(sandboxes["shell"].calls) == round_trips
+    assert len(sandboxes["shell"].calls) == (round_trips if form == "guarded" else 2)
     assert runs(tmp_path, "grep")[0].split()[0] == "-r"
+    sandboxes["shell"].calls.clear()
+    assert sandboxes["shell"].grep(NEEDLE, "tree/sub") == sandboxes["walk"].grep(NEEDLE, "tree/sub")
+    assert [shell_form(command) for command, _ in sandboxes["shell"].calls] == ["guarded"]
     found = results["shell"]
     if make is make_binary_match:
         assert found.skipped_binary == 1
@@ -375,16 +462,20 @@ def test_a_message_among_the_lines_sends_the_search_to_the_script(
     assert len(old_grep.calls) == 1 and "@@SANDBOX_SDK_GREP_FALLBACK" in old_grep.calls[0][1].output
 
 
-def test_no_value_is_in_the_command(sandboxes: dict[str, Counting], root: Path) -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_no_value_is_in_the_command(
+    sandboxes: dict[str, Counting], root: Path, tmp_path: Path, form: str
+) -> None:
     """The pattern, the root and the glob reach grep as arguments, never as
     command text (the script's payload holds them as base64)."""
+    take_form(sandboxes["shell"], form, tmp_path)
     pattern, folder, glob = "'$(needle)\"", "we'i$(rd)", "*'$(x)\".py"
     (root / folder).mkdir()
     (root / folder / "f'$(x)\".py").write_text(f"a {pattern} b\n")
     found = sandboxes["shell"].grep(pattern, folder, glob=glob)
     assert [m.line for m in found.matches] == [f"a {pattern} b"]
     command = sandboxes["shell"].calls[0][0]
-    assert len(sandboxes["shell"].calls) == 1
+    assert len(sandboxes["shell"].calls) == 1 and shell_form(command) == form
     assert not any(value in command for value in (pattern, folder, glob, "needle", "rd)", "x)"))
 
 
@@ -516,16 +607,16 @@ def test_the_shell_path_leaves_the_script_out_until_it_is_known_missing(tmp_path
     sandbox = Counting(root)
     sandbox.scratch_dir = str(tmp_path / "fresh-scratch")
     found = sandbox.grep(NEEDLE, "tree")
-    ((command, _),) = sandbox.calls
-    assert found.matches and len(command) < 4096  # the packed script alone is over 8 KB
+    capped = sandbox.grep(NEEDLE, "tree", max_matches=2)  # direct: the client cuts grep's lines
+    assert capped.truncated and capped.matches == found.matches[:2]
+    assert all(len(command) < 4096 for command, _ in sandbox.calls)  # the packed script alone is over 8 KB
+    assert [shell_form(command) for command, _ in sandbox.calls] == ["guarded", "direct"]
     sandbox.calls.clear()
-    capped = sandbox.grep(NEEDLE, "tree", max_matches=2)  # past the cap: the script answers
-    assert capped.truncated and [m.line_number for m in capped.matches] == [
-        m.line_number for m in found.matches[:2]
-    ]
+    with pytest.raises(FileNotFoundError):  # no root for grep: the script answers, with the error
+        sandbox.grep(NEEDLE, "missing")
     (omitted, response), (full, _) = sandbox.calls
     assert "@@SANDBOX_SDK_NO_SCRIPT" in response.output and len(omitted) < 4096 < len(full)
     sandbox.calls.clear()
     sandbox.grep(NEEDLE, "tree")
     ((again, _),) = sandbox.calls
-    assert len(again) > 4096
+    assert len(again) > 4096 and shell_form(again) == "direct"

@@ -32,7 +32,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeAlias, TypeVar, cast
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeAlias, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -283,39 +284,61 @@ def walk_key(rel: bytes) -> bytes:
 
 
 _DESCENDING = bytes(255 - b for b in range(256))
-#: One of GNU grep's ``--null`` records: name NUL number : line LF.
-_GREP_RECORD = re.compile(rb"([^\0]*)\0([0-9]+):([^\0\n]*)\n")
+#: One of GNU grep's ``--null`` records: name NUL number : line LF (a name
+#: with a newline is not taken; nor a line with a NUL, which grep calls
+#: binary: ``ShellGrepCall._search`` counts them).
+_GREP_RECORD = re.compile(rb"([^\0\n]*)\0([0-9]+):(.*)\n")
+#: How a sandbox's next fixed-string grep runs GNU grep (see :class:`ShellGrepCall`).
+ShellGrepForm = Literal["guarded", "direct", "off"]
 
 
 class ShellReply(NamedTuple):
     """What a :class:`ShellGrepCall` found: the script's result, or ``None``
-    if the script must search after all; and whether the provider's output
-    keeps or flags bytes that are not UTF-8 (else GNU grep's raw output
-    cannot be trusted on this sandbox)."""
+    if the script must search after all (in another round trip); and how
+    this sandbox's next grep is to run GNU grep."""
 
     value: GrepResult | None
-    bytes_kept: bool
+    next_form: ShellGrepForm
 
 
 @dataclass(frozen=True)
 class ShellGrepCall(Call[ShellReply]):
-    """A fixed-string grep by GNU grep and sed alone, no interpreter started.
+    """A fixed-string grep by GNU grep, no interpreter started.
 
     The command gives bash the pattern, the root and the file glob of the
     ``grep`` script's call (``script``) as ``printf -v`` octal escapes (no
     value appears as itself in it) and runs ``grep -r -H -n --null -F`` with
-    them as separate arguments, in the C locale, through ``sed``, which stops
-    at the first line that is one of grep's messages (a binary file that
-    matches, an unreadable entry, a missing root, an option it lacks:
-    ``--no-ignore-case`` excludes busybox and GNU grep before 3.3) and past
-    ``max_matches`` lines. Then, or without bash, the same command runs the
-    script (with the same nonce), whose frame is the reply. Otherwise the
-    client puts grep's lines in the walk's order and cuts them at the caps
-    and budget with the script's own :class:`~sandbox_sdk.remote.grep.Search`,
-    so the result is what the script would find (docs/protocol.md, "grep")."""
+    them as separate arguments, in the C locale, in one of two forms:
+
+    - ``guarded`` (a sandbox's first grep, and every grep of a sandbox where
+      one could not be answered ``direct``): through ``sed``, which stops at
+      the first line that is one of grep's messages (a binary file that
+      matches, an unreadable entry, an option it lacks: ``--no-ignore-case``
+      excludes busybox and GNU grep before 3.3) and past ``max_matches``
+      lines, so that the script then searches in the same round trip; a
+      probe byte 0xff after grep's lines shows how the provider decodes
+      bytes that are not UTF-8.
+    - ``direct`` (once a guarded grep was answered, and so the provider
+      keeps or flags bytes that are not UTF-8): bash execs GNU grep, so that no process is forked and nothing
+      is written before grep's own lines. Anything the client cannot take
+      as the script's answer (a message, more output than the provider
+      keeps, a U+FFFD) sends the search to the script in a second round trip, and the
+      sandbox's greps to the guarded form from then on.
+
+    Without bash, for a missing root, or where grep cannot start, the same
+    command runs the script (with the same nonce), whose frame is the
+    reply. Otherwise the client puts grep's lines in the walk's order and
+    cuts them at the caps and budget with the script's own
+    :class:`~sandbox_sdk.remote.grep.Search`, so the result is what the
+    script would find (docs/protocol.md, "grep")."""
 
     script: ScriptCall[GrepReply]
     what: str
+    #: The script's pattern, root and glob, as bytes (its arguments hold them base64).
+    pattern: bytes
+    root: bytes
+    glob: bytes | None
+    form: ShellGrepForm = "guarded"
     timeout: float | None = None
 
     @staticmethod
@@ -336,36 +359,39 @@ class ShellGrepCall(Call[ShellReply]):
         one_line = b"\n" not in pattern and not pattern.endswith(b"\r")
         return one_line and plain_glob and small and root != b"-"
 
-    def _raw(self, key: str) -> bytes | None:
-        value = self.script.args[key]
-        return None if value is None else base64.b64decode(value)
-
     def command(self, max_bytes: int, scripts: protocol.Scripts) -> tuple[str, str]:
         # The script runs only when grep cannot answer: the command leaves it
         # out (8 KB less for bash to take: ~0.5 ms of a 10 ms grep) unless it
         # is known missing; a fallback that finds none is sent again in full.
         script, nonce = self.script.command(max_bytes, scripts, seldom_run=True)
-        values = {"p": self._raw("pattern"), "r": self._raw("path"), "g": self._raw("glob")}
+        values = {"p": self.pattern, "r": self.root, "g": self.glob}
         assign = "; ".join(f"printf -v {k} '{printf_escapes(v)}'" for k, v in values.items() if v is not None)
-        include, guard = (' --include="$g"', ' && [ -d "$r" ]') if values["g"] is not None else ("", "")
-        # grep's messages join its lines (each written whole) and sed quits
-        # with status 6 at the first line with no NUL (a message, or a name
-        # with a newline), or with 5 past the cap: the script then takes over,
-        # in this round trip (it stops at the cap in walk order). sed is what
-        # bounds grep's work and output by the cap (-m bounds one file only).
+        # --include is matched against a file operand's whole path: hence a
+        # directory root with a glob.
+        include, root = (' --include="$g"', "-d") if values["g"] is not None else ("", "-e")
         cap = self.script.args["max_matches"]
-        grep = (  # --include is matched against a file operand's whole path: hence the guard
-            f"LC_ALL=C grep -r -H -n --null --line-buffered -F -D skip --no-ignore-case -m {cap + 1}{include}"
-            f' -e "$p" -- "$r" 2>&1 | LC_ALL=C sed \'/\\x00/!Q6;{cap + 1}Q5\''
-        )
-        # The marker follows grep's lines: output before grep's end would wake
-        # the provider's reader while grep runs (0.6 ms of a local grep's wall
-        # time, measured) for nothing.
+        grep = f'-F -D skip --no-ignore-case -m {cap + 1}{include} -e "$p" -- "$r" 2>&1'  # grep's arguments
+        if self.form == "direct":
+            # Nothing before grep's lines: output written while grep runs
+            # wakes the provider's reader (0.6 ms of a local grep's wall
+            # time, measured), and a fork costs as much again.
+            run = f"shopt -s execfail; LC_ALL=C exec grep -r -H -n --null {grep}"
+        else:
+            # grep's messages join its lines (each written whole) and sed
+            # quits with status 6 at the first line with no NUL (a message,
+            # or a name with a newline), or with 5 past the cap: the script
+            # then takes over, in this round trip (it stops at the cap in
+            # walk order). sed is what bounds grep's work and output by the
+            # cap (-m bounds one file only). The marker follows grep's lines.
+            run = (
+                f"LC_ALL=C grep -r -H -n --null --line-buffered {grep}"
+                f" | LC_ALL=C sed '/\\x00/!Q6;{cap + 1}Q5';"
+                f' case "${{PIPESTATUS[*]}}" in "0 0" | "1 0")'
+                f" printf '\\n%s %s \\377\\n' {SHELL_GREP_MARKER} {nonce}; exit 0 ;; esac"
+            )
         command = (
-            f'if [ -n "${{BASH_VERSION-}}" ]; then {assign}; if true{guard}; then {grep};'
-            f' case "${{PIPESTATUS[*]}}" in "0 0" | "1 0")'
-            f" printf '\\n%s %s \\377\\n' {SHELL_GREP_MARKER} {nonce}; exit 0 ;; esac;"
-            f" printf '\\n%s %s\\n' {SHELL_GREP_FALLBACK_MARKER} {nonce}; fi; fi\n{script}"
+            f'if [ -n "${{BASH_VERSION-}}" ]; then {assign}; if [ {root} "$r" ]; then {run}; fi; fi;'
+            f" printf '\\n%s %s\\n' {SHELL_GREP_FALLBACK_MARKER} {nonce}\n{script}"
         )
         size = protocol.command_bytes(command)
         if size > max_bytes:
@@ -379,78 +405,104 @@ class ShellGrepCall(Call[ShellReply]):
         if response.timed_out:
             raise errors.SandboxTimeoutError(f"{self.what} timed out")
         output = response.output
+        if f"{SHELL_GREP_FALLBACK_MARKER} {nonce}" in output:  # the script searched, in this round trip
+            if response.truncated:  # its frame did not fit beside what came before
+                return ShellReply(None, self.form)
+            return ShellReply(grep_result(self.script.decode(response, nonce)[0]), self.form)
+        if self.form == "direct":  # a U+FFFD may be a byte the provider replaced
+            if response.truncated or response.exit_code not in (0, 1) or "\ufffd" in output:
+                return ShellReply(None, "guarded")
+            value = self._search(output.encode("utf-8", "surrogateescape"))
+            return ShellReply(value, "direct" if value is not None else "guarded")
         marker = output.rfind(f"\n{SHELL_GREP_MARKER} {nonce} ")
-        if f"{SHELL_GREP_FALLBACK_MARKER} {nonce}" in output or marker < 0:
-            if response.truncated:  # grep's lines were cut, or did not fit beside the script's frame
-                return ShellReply(None, True)
-            return ShellReply(grep_result(self.script.decode(response, nonce)[0]), True)  # the script's
+        if marker < 0:
+            return ShellReply(None, "guarded")
         lines = output[:marker]
         probe, newline, rest = output[marker + len(SHELL_GREP_MARKER) + len(nonce) + 3 :].partition("\n")
         if probe not in ("\udcff", "\ufffd"):  # "": the byte 0xff was dropped, so may others have been
-            return ShellReply(None, bool(probe or not newline))
+            return ShellReply(None, "guarded" if probe or not newline else "off")
         if rest or response.truncated or response.exit_code != 0 or (probe == "\ufffd" and "\ufffd" in lines):
-            return ShellReply(None, True)  # cut, or a byte that was not UTF-8 replaced
-        return ShellReply(self._search(lines.encode("utf-8", "surrogateescape")), True)
+            return ShellReply(None, "guarded")  # cut, or a byte that was not UTF-8 replaced
+        value = self._search(lines.encode("utf-8", "surrogateescape"))
+        return ShellReply(value, "direct" if value is not None else "guarded")
 
     def _search(self, data: bytes) -> GrepResult | None:
         """The script's result from GNU grep's ``path NUL number : line LF``
         records; ``None`` if they do not read as that."""
+        # Every byte of data must belong to a record: what is not one is a
+        # message of grep's (written anywhere among the records: it has a
+        # newline and no NUL), or a name with a newline. A record holds one
+        # newline, at its end, and findall starts one at the first place it
+        # can: so the records make up all of data if there are as many as
+        # newlines, and as NULs (a record's line holds none), and data ends
+        # with a newline.
+        records = _GREP_RECORD.findall(data)
+        if not len(records) == data.count(b"\n") == data.count(b"\0") or data[-1:] not in (b"\n", b""):
+            return None
+        root = self.root
+        names = list(dict.fromkeys(map(itemgetter(0), records)))  # a file's lines come together
+        found = {root: root}  # each name as the script's walk gives it
+        if names != [root]:  # not a file's own search
+            # GNU grep names a file below the root after the root cut to one
+            # trailing slash ("dir//" gives "dir/a"); the script joins them
+            # as os.path.join does ("dir//a").
+            below = root.rstrip(b"/") + b"/"
+            joined, cut = root if root.endswith(b"/") else root + b"/", len(below)
+            if not all(name.startswith(below) and len(name) > cut for name in names):
+                return None
+            rels = [name[cut:] for name in names]
+            rank = dict(zip(names, walk_keys(rels), strict=True))
+            records.sort(key=lambda record: rank[record[0]])  # stable: a file's lines stay in order
+            found = {name: joined + rel for name, rel in zip(names, rels, strict=True)}
+        texts = {name: path.decode(FS_ENCODING, FS_ERRORS) for name, path in found.items()}
         args = self.script.args
-        pattern, root = base64.b64decode(args["pattern"]), base64.b64decode(args["path"])
-        # GNU grep names a file below the root after the root cut to one
-        # trailing slash ("dir//" gives "dir/a"); the script joins them as
-        # os.path.join does ("dir//a").
-        below, joined = root.rstrip(b"/") + b"/", root if root.endswith(b"/") else root + b"/"
-        # A record is a name, a NUL, a line number, a colon, and a line up to
-        # the first newline (a line has no NUL: grep calls such a file binary;
-        # a name may hold a newline). The records must make up all of data.
-        records: list[tuple[bytes, int, bytes]] = []  # the joined name, line number and line
-        runs: list[tuple[bytes, int, int]] = []  # a file's walk key and where its records are
-        named, key, found, start = None, b"", b"", 0
-        size = payload = longest = 0  # output bytes read; names' and lines' bytes; longest line
-        for path, digits, line in _GREP_RECORD.findall(data):
-            if path != named:  # a file's lines come together: its key once
-                if records:
-                    runs.append((key, start, len(records)))
-                named, key, found, start = path, b"", path, len(records)
-                if path != root:
-                    if not path.startswith(below) or len(path) == len(below):
-                        return None
-                    key, found = walk_key(path[len(below) :]), joined + path[len(below) :]
-            records.append((found, int(digits), line))
-            size += len(path) + len(digits) + len(line) + 3
-            payload += len(found) + len(line)
-            longest = max(longest, len(line))
-        if size != len(data):
-            return None  # something before, between or after the records is none
-        if records:
-            runs.append((key, start, len(records)))
-        runs.sort()  # in walk order; a file's lines are in order already
-        ordered = [record for _, start, end in runs for record in records[start:end]]
         limit, line_cap, budget = args["max_matches"], args["max_line_bytes"], args["budget"]
-        # Search.add takes every line as it is when none is past a cap, each
-        # holds the pattern and none ends in CR (it strips those), and an
-        # upper bound of their reply_size sum is within the budget: each
-        # string's base64 is at most 4/3 of its bytes plus 4, a line number
-        # at most 20 digits, the rest 15 bytes.
-        uncut = (
-            len(ordered) <= limit and longest <= line_cap and payload * 4 // 3 + len(ordered) * 43 <= budget
-        )
-        if uncut and all(pattern in line and line[-1:] != b"\r" for _, _, line in ordered):
-            taken = [(path, number, line, False) for path, number, line in ordered]
+        # Search.add takes every line as it is (each holds the pattern's
+        # bytes: grep -F in the C locale printed it) when none is past a cap,
+        # none ends in CR (it strips those: a CR before a newline is one, as
+        # a record has no other newline), and an upper bound of their
+        # reply_size sum is within the budget: each string's base64 is at
+        # most 4/3 of its bytes plus 4, a line number at most 20 digits, the
+        # rest 15 bytes; a joined name is longer than grep's by at most the
+        # root's length.
+        if (
+            len(records) <= limit
+            and max(map(len, map(itemgetter(2), records)), default=0) <= line_cap
+            and (len(data) + len(root) * len(records)) * 4 // 3 + len(records) * 43 <= budget
+            and b"\r\n" not in data
+        ):
             truncated = False
+            rows = [
+                {"path": texts[name], "line_number": int(number), "line": line.decode("utf-8", "replace"),
+                 "line_truncated": False}
+                for name, number, line in records
+            ]  # fmt: skip
         else:
-            search = Search(line_matcher(pattern, True, False), limit, line_cap, budget)
-            for path, number, line in ordered:
-                if not search.add(path, number, line):
+            search = Search(line_matcher(self.pattern, True, False), limit, line_cap, budget)
+            for name, number, line in records:
+                if not search.add(found[name], int(number), line):
                     break
-            taken, truncated = search.matches, search.truncated
-        texts = {path: path.decode(FS_ENCODING, FS_ERRORS) for path, _, _, _ in taken}  # once a file
-        matches = constructed(GrepMatch, GREP_MATCH_FIELDS, (  # of the fields' types by construction
-            {"path": texts[p], "line_number": n, "line": line.decode("utf-8", "replace"), "line_truncated": c}
-            for p, n, line, c in taken
-        ))  # fmt: skip
-        return GrepResult(matches=matches, truncated=truncated)
+            truncated = search.truncated
+            paths = {path: texts[name] for name, path in found.items()}
+            rows = [
+                {"path": paths[path], "line_number": number, "line": line.decode("utf-8", "replace"),
+                 "line_truncated": cut}
+                for path, number, line, cut in search.matches
+            ]  # fmt: skip
+        # Of the fields' types by construction.
+        matches = constructed(GrepMatch, GREP_MATCH_FIELDS, rows)
+        result = {"matches": matches, "truncated": truncated, "unreadable": [], "skipped_binary": 0}
+        return constructed(GrepResult, GREP_RESULT_FIELDS, [result])[0]
+
+
+def walk_keys(rels: list[bytes]) -> list[bytes]:
+    """``walk_key`` of each of ``rels``; for names in one directory (none
+    with a ``/``, the usual case) by one translation of them all: a name
+    has no NUL or newline (0xff and 0xf5 translated), so 0xf5 parts them."""
+    together = b"\n".join(rels)
+    if b"/" in together or not rels:
+        return list(map(walk_key, rels))
+    return (b"\0" + together.translate(_DESCENDING).replace(b"\xf5", b"\xff\xf5\0") + b"\xff").split(b"\xf5")
 
 
 class Script(Generic[V]):
@@ -528,6 +580,8 @@ FS_ENCODING, FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerr
 FILE_INFO_FIELDS = set(FileInfo.model_fields)
 #: The fields set of every match GNU grep's output gives (all of them).
 GREP_MATCH_FIELDS = set(GrepMatch.model_fields)
+#: The fields set of a grep's result built from GNU grep's output (all of them).
+GREP_RESULT_FIELDS = set(GrepResult.model_fields)
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -536,10 +590,10 @@ def constructed(model: type[M], fields: set[str], rows: Iterable[dict[str, Any]]
     """What ``[model.model_construct(**values) for values in rows]`` builds
     from values of the fields' own types (every field in each row; ``fields``
     is their names' shared set), at a fifth of its cost and of validation's:
-    for models with no aliases, defaults, extras, private attributes or
-    post-init hook for ``model_construct`` to handle (``FileInfo``,
-    ``GrepMatch``). The one place that writes pydantic's per-instance
-    attributes; a test compares its models with validated ones."""
+    for models with no aliases, extras, private attributes or post-init hook
+    for ``model_construct`` to handle, every field given (``FileInfo``,
+    ``GrepMatch``, ``GrepResult``). The one place that writes pydantic's
+    per-instance attributes; a test compares its models with validated ones."""
     new, put = object.__new__, object.__setattr__
     instances = []
     for values in rows:
