@@ -319,11 +319,12 @@ class ShellGrepCall(Call[ShellReply]):
       probe byte 0xff after grep's lines shows how the provider decodes
       bytes that are not UTF-8.
     - ``direct`` (once a guarded grep was answered, and so the provider
-      keeps or flags bytes that are not UTF-8): bash execs GNU grep, so that no process is forked and nothing
-      is written before grep's own lines. Anything the client cannot take
-      as the script's answer (a message, more output than the provider
-      keeps, a U+FFFD) sends the search to the script in a second round trip, and the
-      sandbox's greps to the guarded form from then on.
+      keeps or flags bytes that are not UTF-8): bash execs GNU grep, so
+      that no process is forked and nothing is written before grep's own
+      lines. Anything the client cannot take as the script's answer (a
+      message, more output than the provider keeps, a U+FFFD) sends the
+      search to the script in a second round trip, and the sandbox's greps
+      to the guarded form from then on.
 
     Without bash, for a missing root, or where grep cannot start, the same
     command runs the script (with the same nonce), whose frame is the
