@@ -177,15 +177,18 @@ class Server:
         # once the server is gone (killed, even), and leaves too.
         self.lifeline, self.lifeline_write = posix.pipe()
         last = time.monotonic()
+        held = True  # the server holds objects (the preloaded modules) not yet frozen
         try:
             while True:
                 self.spares -= reap()  # a spare killed before it took a connection, say
-                self.scan()
-                if len(self.spares) < SPARES:
+                held = self.scan() or held
+                if held and len(self.spares) < SPARES:
                     # What the server holds stays out of the collector's reach: a worker's
                     # collection would touch (and so copy) every page it shares with the server.
+                    # Only a scan that compiled something adds to it.
                     gc.collect()
                     gc.freeze()
+                    held = False
                 while len(self.spares) < SPARES:
                     self.spares.add(self.fork_spare(taken, told))
                 if self.took(taken, TICK_SECONDS):
@@ -257,26 +260,29 @@ class Server:
         except (OSError, IndexError):
             return False
 
-    def scan(self) -> None:
+    def scan(self) -> bool:
         """Compile the installed scripts new or changed since the scripts
         directory was last read, when it has changed (and is still the
-        user's own, as the bootstrap requires)."""
+        user's own, as the bootstrap requires); whether any was compiled."""
         try:
             st = posix.lstat(self.scripts)
         except OSError:
             self.compiled = {}
-            return
+            return False
         if (st.st_ino, st.st_mtime_ns) == self.scanned:
-            return
+            return False
         if not users_own(st):
             self.compiled = {}
-            return
+            return False
         self.scanned = (st.st_ino, st.st_mtime_ns)
+        compiled = False
         for name in posix.listdir(self.scripts):
             if name.startswith(b"sbx_") and name.endswith(b".py"):
                 script = self.script(name[:-3])
-                if script is not None:
+                if script is not None and script is not self.compiled.get(name[:-3]):
                     self.compiled[name[:-3]] = script
+                    compiled = True
+        return compiled
 
     def script(self, name: bytes) -> Optional[Script]:
         """Installed script ``name`` as it is now: compiled again if the file
