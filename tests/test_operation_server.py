@@ -13,6 +13,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_sdk import errors, protocol
+from sandbox_sdk._session import MAX_FAILED_LAUNCHES
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
@@ -182,7 +184,7 @@ def test_a_sandbox_where_no_server_starts_is_asked_three_times_then_left_alone(t
     for number in range(8):
         sandbox.write(f"{number}.txt", f"{number}\n")
     launches = [command for command, _ in sandbox.exchanges if LAUNCH in command]
-    assert len(launches) == protocol.MAX_FAILED_LAUNCHES
+    assert len(launches) == MAX_FAILED_LAUNCHES
     assert set(sandbox.unserved()) == {"none"}
     assert sandbox.read("7.txt").content == "7\n"
 
@@ -238,33 +240,79 @@ def test_an_idle_server_leaves_and_removes_its_port_file(tmp_path: Path, scratch
     assert alive(server_pid(scratch)) and server_pid(scratch) != pid
 
 
-@pytest.mark.parametrize("answer", [b"HTTP/1.0 400 Bad Request\r\n\r\n", b"-\n", b""])
+@pytest.mark.parametrize("answer", [b"HTTP/1.0 400 Bad Request\r\n\r\n", b"-\n", b"+\n", b""])
 def test_a_listener_that_is_not_the_server_gets_nothing_and_the_command_runs_alone(
     scratch: Path, served: Recorder, answer: bytes
 ) -> None:
     """Whatever listens on the port file's port (a stale file, a port taken
-    since) may answer anything: only ``+`` from the server leads bash on, and
-    the payload goes to ``python3``, whole."""
+    since, by another user or another sandbox on the same loopback) may
+    answer anything: only the proof in the port file leads bash on, so it
+    hears nothing at all, not the token, and the payload goes to
+    ``python3``, whole; the next command starts a server of its own."""
     os.kill(server_pid(scratch), signal.SIGKILL)
     heard: list[bytes] = []
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
-        port_file(scratch).write_text(f"{listener.getsockname()[1]} token 1\n")
+        port_file(scratch).write_text(f"{listener.getsockname()[1]} token 1 proof\n")
 
         def answer_once() -> None:
             conn, _ = listener.accept()
             with conn:
-                heard.append(conn.recv(4096))
-                conn.sendall(answer)
+                if answer:
+                    conn.sendall(answer)
+                else:  # an end of file, at once
+                    conn.shutdown(socket.SHUT_WR)
+                conn.settimeout(PATIENCE)
+                try:
+                    heard.append(conn.recv(4096))
+                except ConnectionResetError:  # bash left the rest of the answer unread
+                    heard.append(b"")
 
         thread = threading.Thread(target=answer_once)
         thread.start()
         served.write("payload.txt", "all of it\n" * 1000)
         thread.join(PATIENCE)
+    assert heard == [b""]  # bash closed the connection without a word
     assert served.read("payload.txt").content == "all of it\n" * 1000
-    assert heard and heard[0].startswith(b"token ") and b"all of it" not in heard[0]
-    assert served.unserved()[0] == "declined"
+    assert served.unserved() == ["none", ""]  # the read's command started a server, which served it
+
+
+def test_a_silent_listener_costs_one_handshake_then_the_server_is_asked_no_more(
+    scratch: Path, served: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server stopped (``SIGSTOP``) or a listener that says nothing: bash
+    waits out the handshake once, the operation runs from ``python3`` with
+    the right answer, and the client asks no server of this sandbox again."""
+    monkeypatch.setattr(protocol, "SERVER_HANDSHAKE_SECONDS", 1)
+    pid = server_pid(scratch)
+    stopped = [pid, *living_children(pid)]
+    for process in stopped:
+        os.kill(process, signal.SIGSTOP)
+    try:
+        served.write("a.txt", "a\n")
+        assert served.unserved() == ["stalled"]
+        assert served.read("a.txt").content == "a\n"
+        served.ls(".")
+        assert served.unserved() == []  # no command asks a server any more
+    finally:
+        for process in stopped:
+            os.kill(process, signal.SIGCONT)
+
+
+def test_a_fifo_in_place_of_the_port_file_blocks_nothing(scratch: Path, served: Recorder) -> None:
+    """A FIFO put where the port file was: bash reads only a regular file,
+    and the server, which looks at its file every second, sees it is not its
+    own and leaves without blocking on it."""
+    pid = server_pid(scratch)
+    port_file(scratch).unlink()
+    os.mkfifo(port_file(scratch), 0o600)
+    served.write("a.txt", "a\n")
+    assert served.unserved() == ["none"]
+    assert served.read("a.txt").content == "a\n"
+    wait_until(lambda: not alive(pid), "the server to leave")
+    if stat.S_ISFIFO(os.lstat(port_file(scratch)).st_mode):  # the fixture reads what is left there
+        port_file(scratch).unlink()
 
 
 def install_probe(scratch: Path, script: str) -> protocol.Shipped:
@@ -452,7 +500,7 @@ def test_a_subclass_can_turn_the_server_off(tmp_path: Path) -> None:
 
     assert BaseSandbox.operation_server is True
     sandbox = Plain(tmp_path)
-    assert sandbox._scripts().server is None
+    assert not sandbox._session().plan("ls").served
 
 
 def test_scripts_removed_under_a_running_server_are_installed_again(scratch: Path, served: Recorder) -> None:
@@ -495,10 +543,54 @@ def test_a_port_file_of_another_user_is_not_read(tmp_path: Path, scratch: Path) 
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         scripts_dir(scratch).mkdir(mode=0o700)
-        port_file(scratch).write_text(f"{listener.getsockname()[1]} token 1\n")
+        port_file(scratch).write_text(f"{listener.getsockname()[1]} token 1 proof\n")
         os.chown(port_file(scratch), 65534, 65534)
         listener.settimeout(0.5)
         sandbox.write("a.txt", "a\n")
         with pytest.raises(TimeoutError):
             listener.accept()  # nobody asked
     assert sandbox.unserved() == ["none"] and sandbox.read("a.txt").content == "a\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a directory of another user's")
+def test_a_scripts_directory_another_user_made_is_not_used(tmp_path: Path, scratch: Path) -> None:
+    """Another user of a shared ``/tmp`` made the scripts directory in our
+    name, with a port file and a module planted in it: nothing there is
+    read, imported or run, and every operation runs from its command."""
+    sandbox = sandbox_in(tmp_path / "root", scratch)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        scripts_dir(scratch).mkdir(mode=0o755)
+        port_file(scratch).write_text(f"{listener.getsockname()[1]} token 1 proof\n")
+        (scripts_dir(scratch) / "_json.py").write_text("raise SystemExit('planted')\n")
+        for path in (scripts_dir(scratch), port_file(scratch), scripts_dir(scratch) / "_json.py"):
+            os.chown(path, 65534, 65534)
+        listener.settimeout(0.5)
+        for number in range(3):
+            sandbox.write(f"{number}.txt", f"{number}\n")
+        with pytest.raises(TimeoutError):
+            listener.accept()  # nobody asked
+    assert sorted(os.listdir(scripts_dir(scratch))) == ["_json.py", port_file(scratch).name]
+    assert sandbox.read("2.txt").content == "2\n"
+
+
+def test_modules_planted_beside_the_scripts_are_never_imported(
+    tmp_path: Path, scratch: Path, served: Recorder
+) -> None:
+    """The scripts directory is not on any script's import path: a module
+    put there (by a command of the sandbox's own user, say) under the name
+    of one a script imports is never imported, served or not."""
+    marker = tmp_path / "imported"
+    for module in ("_json", "json", "re", "zlib", "errno", "hashlib"):
+        (scripts_dir(scratch) / f"{module}.py").write_text(f"open({str(marker)!r}, 'a').write({module!r})\n")
+    unserved = sandbox_in(tmp_path / "unserved", scratch)
+    unserved.operation_server = False
+    for sandbox in (served, unserved):
+        sandbox.write("p/a.txt", "needle\n")
+        sandbox.ls("p")
+        sandbox.grep("ne+dle", "p", fixed_strings=False)
+        sandbox.glob("**/*.txt", "p")
+        with pytest.raises(errors.SandboxFileNotFoundError):
+            sandbox.read("p/absent.txt")
+    assert not marker.exists()

@@ -15,8 +15,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from sandbox_sdk import _core, protocol
+from sandbox_sdk import _core
 from sandbox_sdk._calls import Call
+from sandbox_sdk._session import Session
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import InjectedFault, LimitedSandbox
@@ -34,7 +35,7 @@ class Raw(Call[ExecuteResponse]):
     timeout: float | None = None
     what: str = "raw"
 
-    def command(self, max_bytes: int, scripts: protocol.Scripts) -> tuple[str, str]:
+    def command(self, max_bytes: int, scripts: Session) -> tuple[str, str]:
         return self.text, ""
 
     def decode(self, response: ExecuteResponse, nonce: str) -> ExecuteResponse:

@@ -43,6 +43,7 @@ from sandbox_sdk.protocol import Blob, LazyBlob
 from sandbox_sdk.remote.grep import Search, line_matcher
 
 if TYPE_CHECKING:
+    from sandbox_sdk._session import Session
     from sandbox_sdk.remote._runtime import Empty, Entry
     from sandbox_sdk.remote.archive import CreateReply, ExtractReply
     from sandbox_sdk.remote.edit import EditedReply, EditReply
@@ -90,13 +91,13 @@ class Call(ABC, Generic[R]):
     interruptible: bool = False
 
     @abstractmethod
-    def command(self, max_bytes: int, scripts: protocol.Scripts) -> tuple[str, str]:
+    def command(self, max_bytes: int, scripts: Session) -> tuple[str, str]:
         """The command to run and the nonce its result must carry; a script
         command over ``max_bytes`` is refused before it is sent. A script is
         installed in (and run from) the sandbox's scratch directory, and left
         out of the command once ``scripts`` knows it is there."""
 
-    def resend(self, scripts: protocol.Scripts, response: ExecuteResponse, nonce: str) -> bool:
+    def resend(self, scripts: Session, response: ExecuteResponse, nonce: str) -> bool:
         """Whether the command must be sent again, in full: it left out a
         script whose installed copy was missing (the script never started)."""
         return False
@@ -138,7 +139,7 @@ class AppendCall(Call[None]):
     what: str
     timeout: float | None = None
 
-    def command(self, max_bytes: int, scripts: protocol.Scripts) -> tuple[str, str]:
+    def command(self, max_bytes: int, scripts: Session) -> tuple[str, str]:
         nonce = secrets.token_hex(16)
         delimiter = f"SBX_{nonce}"
         seek = self.offset // APPEND_BLOCK
@@ -179,31 +180,28 @@ class _ScriptedCall(Call[R]):
         """The arguments as the script reads them."""
         return {"op": self.op, **self.args}
 
-    def command(
-        self, max_bytes: int, scripts: protocol.Scripts, *, seldom_run: bool = False
-    ) -> tuple[str, str]:
+    def command(self, max_bytes: int, scripts: Session, *, seldom_run: bool = False) -> tuple[str, str]:
         """The command and its nonce; ``seldom_run``: the command runs the
         script only now and then (a shell grep's fallback), so it leaves the
-        script out until it is known missing (see ``Scripts.omits``)."""
+        script out until it is known missing (see ``Session.plan``)."""
         module = protocol.module_of(self.op)
-        served = scripts.serves(module)
+        plan = scripts.plan(module, seldom_run=seldom_run)
         build = partial(
             protocol.build_command,
             module,
             self.payload,
             self.blobs,
-            scratch_dir=scripts.scratch_dir,
-            omit_script=scripts.omits(module, unless_missing=seldom_run),
-            served=served,
+            scratch_dir=plan.scratch_dir,
+            omit_script=plan.omit_script,
+            served=plan.served,
+            installed=plan.installed,
         )
-        server = scripts.server if served else None
-        launch = server is not None and server.take_launch()
-        command, nonce = build(launch=scripts.server_idle if launch else None)
-        if server is not None and launch:
+        command, nonce = build(launch=plan.launch)
+        if plan.launch is not None:
             if protocol.command_bytes(command) <= max_bytes:
-                server.launches.add(nonce)
+                scripts.launching(nonce)
             else:  # left to a later command with room for it
-                server.wanted = True
+                scripts.launch_dropped()
                 command, nonce = build()
         size = protocol.command_bytes(command)
         if size > max_bytes:
@@ -213,8 +211,8 @@ class _ScriptedCall(Call[R]):
             )
         return command, nonce
 
-    def resend(self, scripts: protocol.Scripts, response: ExecuteResponse, nonce: str) -> bool:
-        return scripts.resend(protocol.module_of(self.op), response, nonce)
+    def resend(self, scripts: Session, response: ExecuteResponse, nonce: str) -> bool:
+        return scripts.learn(protocol.module_of(self.op), response, nonce)
 
 
 @dataclass(frozen=True)
@@ -360,7 +358,7 @@ class ShellGrepCall(Call[ShellReply]):
         one_line = b"\n" not in pattern and not pattern.endswith(b"\r")
         return one_line and plain_glob and small and root != b"-"
 
-    def command(self, max_bytes: int, scripts: protocol.Scripts) -> tuple[str, str]:
+    def command(self, max_bytes: int, scripts: Session) -> tuple[str, str]:
         # The script runs only when grep cannot answer: the command leaves it
         # out (8 KB less for bash to take: ~0.5 ms of a 10 ms grep) unless it
         # is known missing; a fallback that finds none is sent again in full.
@@ -399,7 +397,7 @@ class ShellGrepCall(Call[ShellReply]):
             raise errors.SandboxRuntimeError(f"{self.what}: command of {size} bytes > {max_bytes}")
         return command, nonce
 
-    def resend(self, scripts: protocol.Scripts, response: ExecuteResponse, nonce: str) -> bool:
+    def resend(self, scripts: Session, response: ExecuteResponse, nonce: str) -> bool:
         return self.script.resend(scripts, response, nonce)  # the script took over, with this nonce
 
     def decode(self, response: ExecuteResponse, nonce: str) -> ShellReply:

@@ -31,6 +31,7 @@ from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors, protocol
 from sandbox_sdk._calls import Call
 from sandbox_sdk._handle import SandboxHandle
+from sandbox_sdk._session import Session, session_of
 from sandbox_sdk.models import ExecuteResponse
 
 T = TypeVar("T")
@@ -179,9 +180,13 @@ class SandboxCore(SandboxHandle):
     #: Seconds without a request after which the operation server exits
     #: (the next command that finds none has the one after it start one).
     operation_server_idle: float = 600.0
-    #: :class:`~sandbox_sdk.protocol.Scripts` ``.known`` and ``.server`` by
-    #: scratch directory, made by the first round trip.
-    _installed_scripts: dict[str, tuple[dict[str, bool], protocol.ServerState]]
+    #: Whether file operations reuse what earlier ones left in the sandbox:
+    #: installed scripts and the operation server. ``False`` ships every
+    #: script in its command and runs it with a fresh ``python3``, reading
+    #: nothing installed, so that a command running as the same user as the
+    #: file operations cannot change what a later one reports
+    #: (docs/security.md; its cost: docs/benchmarks.md).
+    reuse_sandbox_state: bool = True
     #: Round trips a chunked transfer keeps in flight at once (sync and async).
     #: Eight hides a cloud round trip behind the next seven: under a 96 KiB
     #: command cap at 80 ms latency, 6x the throughput of one at a time for
@@ -260,30 +265,22 @@ class SandboxCore(SandboxHandle):
             return errors.SandboxTimeoutError(f"{call.what} timed out: {exc}")
         return errors.SandboxRuntimeError(f"{call.what}: the provider failed: {type(exc).__name__}: {exc}")
 
-    def _scripts(self) -> protocol.Scripts:
-        """What this client has seen of the scripts installed in ``scratch_dir``
-        (which must be absolute: ``""`` would install them in the root)."""
+    def _session(self) -> Session:
+        """What this client has learned of the sandbox's state in
+        ``scratch_dir`` (which must be absolute: ``""`` would install the
+        scripts in the root), with the settings each plan reads."""
         if not (isinstance(self.scratch_dir, str) and self.scratch_dir.startswith("/")):
             raise errors.InvalidArgumentError(
                 f"{type(self).__name__}.scratch_dir must be an absolute path, not {self.scratch_dir!r}"
             )
-        try:
-            by_dir = self._installed_scripts
-        except AttributeError:
-            by_dir = self._installed_scripts = {}
-        try:
-            known, server = by_dir[self.scratch_dir]
-        except KeyError:
-            known, server = by_dir[self.scratch_dir] = ({}, protocol.ServerState())
-        server_state = server if self.operation_server else None
-        return protocol.Scripts(self.scratch_dir, known, server_state, self.operation_server_idle)
+        return session_of(self)
 
     def _invoke(self, call: Call[R]) -> R:
         """One call: a file operation's round trip gets ``operation_timeout``,
         a user's command (``execute``, ``run``) its own or the provider's default.
         A command that left out a script with no installed copy is sent again
         (once: the script is then known to be missing)."""
-        scripts = self._scripts()
+        scripts = self._session()
         while True:
             command, nonce = call.command(self.max_command_bytes, scripts)
             started = time.monotonic()
@@ -303,7 +300,7 @@ class SandboxCore(SandboxHandle):
             # thread, so megabytes of base64 never stall the event loop.
             # A call that only reads is left to finish alone when cancelled.
             return await anyio.to_thread.run_sync(self._invoke, call, abandon_on_cancel=call.interruptible)
-        scripts = self._scripts()
+        scripts = self._session()
         while True:
             command, nonce = call.command(self.max_command_bytes, scripts)
             started = time.monotonic()

@@ -31,7 +31,7 @@ import secrets
 import shlex
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 from functools import cache
 from importlib import resources
@@ -147,11 +147,14 @@ def shipped_source(module: str) -> str:
 #: Directory of the installed scripts in ``scratch_dir``, one per user
 #: (``%d`` is the uid, as the runtime's ``LOCK_DIR``).
 SCRIPTS_DIR = ".sbx-scripts-%d"
-#: The bootstrap (``python3 -c``): run the installed script by import, so
-#: that CPython caches its bytecode in ``__pycache__``, if its CRC-32 is the
-#: one in the command and its directory is the user's own, writable by no
-#: one else; otherwise run :data:`INSTALL`, compiled only then. Arguments:
-#: scratch_dir, module name, CRC-32, :data:`INSTALL`, packed source.
+#: The bootstrap (``python3 -c``): run the installed script, loaded from its
+#: file by CPython's own source loader (which caches its bytecode in
+#: ``__pycache__``), if its CRC-32 is the one in the command and its
+#: directory is the user's own, writable by no one else; otherwise run
+#: :data:`INSTALL`, compiled only then. The directory is never put on
+#: ``sys.path``: what the script imports comes from the standard library
+#: only, never from a module planted beside it. Arguments: scratch_dir,
+#: module name, CRC-32, :data:`INSTALL`, packed source.
 BOOTSTRAP = f"""\
 import sys,posix
 r,n,c=sys.argv[1:4]
@@ -167,11 +170,11 @@ def run():
  except OSError:return
  import binascii
  if binascii.crc32(s)!=int(c):return
- sys.path.insert(0,d)
- try:__import__(n)
- except ModuleNotFoundError as e:
-  if e.name!=n:raise
- del sys.path[0]
+ try:from _frozen_importlib_external import SourceFileLoader as L
+ except ImportError:from importlib.machinery import SourceFileLoader as L
+ try:k=L(n,p).get_code(n)
+ except OSError:return
+ exec(k,dict(__name__="__main__"))
 if own():run()
 exec(sys.argv[4])
 """
@@ -283,111 +286,78 @@ def _without_unused_definitions(tree: ast.Module) -> ast.Module:
 #: Printed, with the nonce, by :data:`MISSING`.
 NO_SCRIPT_MARKER = f"{FRAME_MARKER}_NO_SCRIPT"
 #: Run by :data:`BOOTSTRAP` in place of :data:`INSTALL` in a command that left
-#: the script out (:class:`Scripts`) when there is no usable installed copy:
+#: the script out (``_session.Session``) when there is no usable installed copy:
 #: it says so, before the script has started, so the command may be sent again
 #: in full. Its argument: the nonce.
 MISSING = f'print("{NO_SCRIPT_MARKER}",sys.argv[5])'
 
 
-#: Printed, with the nonce and :data:`NO_SERVER` or :data:`DECLINED`, by a
-#: served command that its operation server did not run.
+#: Runs a command's packed script with nothing installed read or written:
+#: the command of a sandbox that reuses no state (``reuse_sandbox_state``).
+#: Arguments: the packed source, the module's name.
+SHIPPED_ONLY = """\
+import sys,binascii,zlib
+exec(compile(zlib.decompress(binascii.a2b_base64(sys.argv[1])),"sandbox_sdk/remote/"+sys.argv[2]+".py","exec"),dict(__name__="__main__"))
+"""
+
+
+#: Printed, with the nonce and why, by a served command that its operation
+#: server did not run: :data:`NO_SERVER` (no port file, nothing listening,
+#: or a listener that could not prove it is the server), :data:`DECLINED`
+#: (the server, proved, said no) or :data:`STALLED` (nothing answered in
+#: time: the client asks that server no more).
 UNSERVED_MARKER = f"{FRAME_MARKER}_UNSERVED"
-NO_SERVER, DECLINED = "none", "declined"
+NO_SERVER, DECLINED, STALLED = "none", "declined", "stalled"
 #: The modules whose commands never ask the operation server: those that run
 #: the user's programs keep an interpreter of their own (the command's process
 #: group, signals and limits are theirs), and the server's own.
 UNSERVED = frozenset({"run", "proc", "server"})
-#: Launches in a row after which a sandbox still had no server: then a client stops launching.
-MAX_FAILED_LAUNCHES = 3
-#: How long bash waits for the server's first answer (remote/server.py, ``HANDSHAKE_SECONDS``).
-SERVER_HANDSHAKE_SECONDS = 10
+#: How long bash waits for each of the server's answers: its proof, then
+#: its yes or no (remote/server.py answers at once, from a worker forked
+#: ahead). A server that misses it is stalled, and asked no more.
+SERVER_HANDSHAKE_SECONDS = 5
 
 
-@dataclass
-class ServerState:
-    """What a client has seen of the operation server of one scratch
-    directory: ``wanted`` once a command found none (the next command
-    launches one first), ``failed_launches`` in a row after which a command
-    still found none, and the nonces of the commands that launched one."""
-
-    wanted: bool = False
-    failed_launches: int = 0
-    launches: set[str] = field(default_factory=set)
-
-    def take_launch(self) -> bool:
-        """Whether the next command is to launch a server (one is wanted)."""
-        wanted, self.wanted = self.wanted, False
-        return wanted
-
-    def learn(self, response: ExecuteResponse, nonce: str) -> None:
-        """Learn from the ``response`` to a served command: a launch wanted
-        if it found no server, and whether the launch it carried failed."""
-        launched = nonce in self.launches
-        self.launches.discard(nonce)
-        if f"{UNSERVED_MARKER} {nonce} {NO_SERVER}" in response.output:
-            self.failed_launches += launched
-            self.wanted = self.failed_launches < MAX_FAILED_LAUNCHES
-        elif launched:
-            self.failed_launches = 0
+def unserved_reason(output: str, nonce: str) -> str | None:
+    """Why the served command with ``nonce`` was not served, if it said so."""
+    at = output.find(f"{UNSERVED_MARKER} {nonce} ")
+    if at < 0:
+        return None
+    start = at + len(UNSERVED_MARKER) + len(nonce) + 2
+    return output[start : output.find("\n", start) % (len(output) + 1)].strip()
 
 
-@dataclass(frozen=True)
-class Scripts:
-    """Where a sandbox's scripts are installed (``scratch_dir``) and what its
-    client has seen of them: ``known`` maps a module to ``True`` once a command
-    that carried the script ran it (and so installed it, if it could), to
-    ``False`` once an installed copy was missing. A command leaves out the
-    script known to be installed (5-9 KB fewer bytes, 0.4 ms less CPU time in
-    the sandbox); a missing copy costs one more round trip, and then the
-    script is always sent for that client (a read-only ``scratch_dir`` costs
-    that round trip once per script). ``server`` is the operation server's
-    state, ``None`` where the sandbox uses none; a server it launches leaves
-    after ``server_idle`` seconds without a request."""
-
-    scratch_dir: str
-    known: dict[str, bool]
-    server: ServerState | None = None
-    server_idle: float = 600.0
-
-    def omits(self, module: str, *, unless_missing: bool = False) -> bool:
-        """Whether a command of ``module`` may leave the script out: once it
-        is known installed, or (``unless_missing``) until it is known
-        missing, for a command that seldom runs it."""
-        return self.known.get(module, unless_missing)
-
-    def serves(self, module: str) -> bool:
-        """Whether a command of ``module`` asks the operation server first."""
-        return self.server is not None and module not in UNSERVED
-
-    def resend(self, module: str, response: ExecuteResponse, nonce: str) -> bool:
-        """Learn from ``response`` to a command of ``module``; whether it must
-        be sent again in full (it left the script out, and there was none:
-        only :data:`MISSING` prints the marker with this command's nonce)."""
-        if self.server is not None:
-            self.server.learn(response, nonce)
-        if f"{NO_SCRIPT_MARKER} {nonce}" in response.output:
-            self.known[module] = False
-            return True
-        if module not in self.known and _find_frame(response.output, nonce) is not None:
-            self.known[module] = True
-        return False
+def has_frame(output: str, nonce: str) -> bool:
+    """Whether ``output`` holds a whole result frame with ``nonce``."""
+    return _find_frame(output, nonce) is not None
 
 
 def server_request(scratch_dir: str, script: Shipped, nonce: str) -> str:
     """Bash asking the operation server (remote/server.py) to run ``script``
     on this command's input and output, and exiting with its status if it
-    does; else it goes on, and says why (:data:`UNSERVED_MARKER`). Bash alone:
-    another shell has no ``/dev/tcp`` (nor ``read -t -u``). Only a port file
-    the user owns is read: another user of a shared ``/tmp`` could make the
-    directory, but not a file of ours in it."""
+    does; else it goes on, and says why (:data:`UNSERVED_MARKER`). Bash
+    alone: another shell has no ``/dev/tcp`` (nor ``read -t -u``).
+
+    The port file is read only in the user's own scripts directory (not a
+    symlink, owned: another user of a shared ``/tmp`` could make it, but
+    then not own it), only if it is a regular file, opened read-write and
+    read with a timeout (a FIFO put in its place cannot block). The server
+    speaks first: it sends the proof the port file holds, and only a peer
+    that sent it gets the token and the request. A listener on a stale
+    port, in another sandbox sharing the loopback or of another user,
+    learns nothing, and a silent one costs one handshake wait, once."""
     before, _, after = SCRIPTS_DIR.partition("%d")  # the user's own directory, as the bootstrap's
-    port_file = f'{shlex.quote(scratch_dir)}/{before}"$UID"{after}/{shipped("server").name}.port'
+    directory = f'{shlex.quote(scratch_dir)}/{before}"$UID"{after}'
+    wait = SERVER_HANDSHAKE_SECONDS
     return (
-        f'if [ -n "${{BASH_VERSION-}}" ]; then S={NO_SERVER}; F={port_file};'
-        f' [ -O "$F" ] && read -r P T _ 2>/dev/null <"$F" && {{'
-        f" S={DECLINED}; printf '%s %s {script.name} {script.crc}\\n' \"$T\" $BASHPID >&3"
-        f" && read -r -t {SERVER_HANDSHAKE_SECONDS} -u 3 R && [ \"$R\" = + ] && printf '+\\n' >&3"
-        f' && {{ read -r -u 3 R; exit "${{R:-{int(ExitCode.INTERNAL)}}}"; }}; }}'
+        f'if [ -n "${{BASH_VERSION-}}" ]; then S={NO_SERVER}; D={directory};'
+        f' F="$D"/{shipped("server").name}.port; [ ! -L "$D" ] && [ -O "$D" ] && [ -f "$F" ] && [ -O "$F" ]'
+        f' && read -r -t 1 P T _ V _ 2>/dev/null <>"$F" && {{'
+        f' if read -r -t {wait} -u 3 R; then [ "$R" = "$V" ] && S={STALLED}'
+        f" && printf '%s %s {script.name} {script.crc}\\n' \"$T\" $BASHPID >&3"
+        f" && read -r -t {wait} -u 3 R && S={DECLINED} && [ \"$R\" = + ] && printf '+\\n' >&3"
+        f' && {{ read -r -u 3 R; exit "${{R:-{int(ExitCode.INTERNAL)}}}"; }};'
+        f" elif [ $? -gt 128 ]; then S={STALLED}; fi; }}"
         f' 6>&2 2>/dev/null 3<>/dev/tcp/127.0.0.1/"$P" 4>&1 5<&0; echo {UNSERVED_MARKER} {nonce} $S; fi'
     )
 
@@ -401,6 +371,7 @@ def build_command(
     omit_script: bool = False,
     served: bool = False,
     launch: float | None = None,
+    installed: bool = True,
 ) -> tuple[str, str]:
     """The shell command for one operation and the nonce its frame must carry.
 
@@ -408,7 +379,9 @@ def build_command(
     installed scripts (see :data:`BOOTSTRAP`); with ``omit_script`` the
     command carries :data:`MISSING` instead of the script. A ``served``
     command asks the operation server first (:func:`server_request`); with
-    ``launch`` (an idle timeout in seconds), it starts a server before."""
+    ``launch`` (an idle timeout in seconds), it starts a server before.
+    Without ``installed`` the command reads and writes nothing installed
+    and asks no server: it runs the script it carries (:data:`SHIPPED_ONLY`)."""
     nonce = secrets.token_hex(16)
     header = json.dumps({**args, "nonce": nonce}, separators=(",", ":")).encode("utf-8")
     delimiter = f"SBX_{nonce}"
@@ -416,8 +389,11 @@ def build_command(
     script = shipped(module)
     # ``exec``: a command with a redirection is forked by bash (never run in
     # its place, as a bare last command is), which costs 0.3-0.5 ms of CPU.
-    bootstrap = _bootstrap_args(scratch_dir, script, omit_script, nonce)
-    python = f"exec {PYTHON} -c {shlex.quote(BOOTSTRAP)} {bootstrap}"
+    if installed:
+        bootstrap = _bootstrap_args(scratch_dir, script, omit_script, nonce)
+        python = f"exec {PYTHON} -c {shlex.quote(BOOTSTRAP)} {bootstrap}"
+    else:
+        python = f"exec {PYTHON} -c {shlex.quote(SHIPPED_ONLY)} {script.packed} {module}"
     if not served:
         lines = [f"{check}; {python} <<'{delimiter}'"]
     else:  # the server reads the same here-document through bash's descriptor 5

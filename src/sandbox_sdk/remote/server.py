@@ -3,21 +3,25 @@ directory and SDK version, that runs the other scripts without starting an
 interpreter for each (docs/protocol.md, "The operation server").
 
 ``serve`` starts it: it takes a lock (one server at a time), listens on a
-loopback port, writes ``<port> <token> <pid>`` to a file only its user can read,
-and forks the server, which outlives the command. A served command asks it
-from bash, before it would start ``python3`` (``protocol.server_request``):
+loopback port, writes ``<port> <token> <pid> <proof>`` to a file only its
+user can read, and forks the server, which outlives the command. A served
+command asks it from bash, before it would start ``python3``
+(``protocol.server_request``):
 
-1. bash connects to the port and sends ``<token> <pid> <script> <crc>``:
+1. bash connects to the port; the worker that accepts sends the proof
+   first, and bash goes on only if it is the one in the file (a listener
+   that took a stale port learns nothing);
+2. bash sends ``<token> <pid> <script> <crc>``:
    its own pid (``$BASHPID``: the process that holds the descriptors), and
    the installed script and CRC-32 it would run;
-2. a worker the server forked ahead (``Server``) takes the connection and
+3. a worker the server forked ahead (``Server``) takes the connection and
    answers ``+`` if the token is right, the process ``pid`` shares the
    server's namespaces, root and rights (``Credentials``), the script is
    the installed one it has compiled, and the command's standard input,
    output and error (which bash keeps on fds 5, 4 and 6) open through
    ``/proc/<pid>/fd``; otherwise ``-``, and the command starts ``python3``
    as it always did;
-3. bash answers ``+`` within ten seconds (else it goes on alone, and the
+4. bash answers ``+`` within ten seconds (else it goes on alone, and the
    worker, which has taken nothing yet, gives up): the worker enters the
    command's directory, umask and environment, runs the script on the
    command's descriptors and sends its exit status, which bash exits with.
@@ -91,6 +95,7 @@ def serve(args: Args, blobs: Blobs) -> Tuple[Served, Blobs]:
     listener.bind(("127.0.0.1", 0))
     listener.listen(128)
     token = posix.urandom(16).hex()
+    proof = posix.urandom(16).hex()
     port_file = base + b".port"
     sys.stdout.flush()
     sys.stderr.flush()
@@ -101,12 +106,13 @@ def serve(args: Args, blobs: Blobs) -> Tuple[Served, Blobs]:
         return {"started": True}, []
     try:  # the server: never back into main(), whose frame is the parent's
         posix.setsid()
+        port = listener.getsockname()[1]
         replace_file(
-            port_file, b"%d %s %d\n" % (listener.getsockname()[1], token.encode("ascii"), posix.getpid())
+            port_file, b"%d %s %d %s\n" % (port, token.encode("ascii"), posix.getpid(), proof.encode("ascii"))
         )
         posix.close(write_end)
         detach(keep=(lock, listener.fileno()))
-        Server(scripts, port_file, token, (listener, lock), float(args["idle"])).run()
+        Server(scripts, port_file, (token, proof), (listener, lock), float(args["idle"])).run()
     finally:
         posix._exit(0)
 
@@ -153,11 +159,11 @@ class Server:
     that one works."""
 
     def __init__(
-        self, scripts: bytes, port_file: bytes, token: str, held: Tuple[Any, int], idle: float
+        self, scripts: bytes, port_file: bytes, secrets: Tuple[str, str], held: Tuple[Any, int], idle: float
     ) -> None:
         self.scripts = scripts
         self.port_file = port_file
-        self.token = token
+        self.token, self.proof = secrets  # what bash sends, and what the server sends first
         self.listener, self.lock = held  # the listening socket, and the lock that makes it the one server
         self.idle = idle
         self.compiled: Dict[bytes, Script] = {}  # by installed script name
@@ -253,12 +259,20 @@ class Server:
 
     def named(self) -> bool:
         """Whether the port file still names this server (else another one
-        replaced it, or the directory is gone)."""
+        replaced it, or the directory is gone). Opened without following a
+        link or blocking: a FIFO put in its place is not this server's."""
         try:
-            with open(self.port_file, "rb") as f:
-                return f.read().split()[1:2] == [self.token.encode("ascii")]
-        except (OSError, IndexError):
+            fd = posix.open(self.port_file, posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK)
+        except OSError:
             return False
+        try:
+            if posix.fstat(fd).st_mode & 0o170000 != 0o100000:
+                return False
+            return posix.read(fd, 512).split()[1:2] == [self.token.encode("ascii")]
+        except OSError:
+            return False
+        finally:
+            posix.close(fd)
 
     def scan(self) -> bool:
         """Compile the installed scripts new or changed since the scripts
@@ -415,6 +429,10 @@ class Worker:
 
     def run(self) -> None:
         self.conn.settimeout(HANDSHAKE_SECONDS)
+        try:
+            self.conn.sendall(self.server.proof.encode("ascii") + b"\n")
+        except OSError:
+            return
         request = self.line().split()
         if len(request) != 4 or not self.authentic(request[0]):
             return
