@@ -130,8 +130,8 @@ def test_the_commands_own_group_ends_with_it(provider: BwrapProvider, sandbox: B
     eventually(lambda: sandbox.execute("cat daemon").output == "alive\n", "the setsid process was killed")
     assert sandbox.execute("ls job job2").exit_code != 0
     namespace = namespace_of(jail_pid(provider, sandbox))
-    # bwrap's PID 1 and the server: nothing of the commands (the daemon is ending)
-    eventually(lambda: len(processes_in(namespace)) == 2, "a command left processes")
+    # the server (the jail's PID 1) alone: nothing of the commands (the daemon is ending)
+    eventually(lambda: len(processes_in(namespace)) == 1, "a command left processes")
 
 
 def test_exit_statuses(sandbox: BwrapSandbox) -> None:
@@ -189,16 +189,54 @@ def test_a_killed_jail_is_started_again(provider: BwrapProvider, sandbox: BwrapS
     assert shell(sandbox, "pgrep -c sleep || true") == "0\n"
 
 
-def test_a_jail_whose_server_dies_mid_command_fails_that_command_only(sandbox: BwrapSandbox) -> None:
-    with pytest.raises(errors.SandboxRuntimeError, match="jail ended"):
-        sandbox.execute("kill -9 $PPID; sleep 5")
+def test_a_jail_whose_server_dies_mid_command_fails_that_command_only(
+    provider: BwrapProvider, sandbox: BwrapSandbox
+) -> None:
+    shell(sandbox, "true")  # the jail runs: its pid is recorded
+    server = jail_pid(provider, sandbox)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(sandbox.execute, "touch started; sleep 60", timeout=PATIENCE * 3)
+        eventually((sandbox.workspace / "started").exists, "the command never started")
+        os.kill(server, signal.SIGKILL)  # from the host: nothing inside can (below)
+        with pytest.raises(errors.SandboxRuntimeError, match="jail ended"):
+            running.result()
     assert shell(sandbox, "echo recovered") == "recovered\n"
+
+
+def test_no_command_can_kill_the_jails_server(provider: BwrapProvider, sandbox: BwrapSandbox) -> None:
+    """The server is the jail's PID 1, which the kernel shields from every
+    signal sent inside its namespace: ``kill -9 -1`` kills all the rest, and
+    the command's status still comes back (0 from bash's own ``kill``, which
+    spares its caller; 137 for a bash that a child's ``kill`` killed)."""
+    shell(sandbox, "true")
+    server = jail_pid(provider, sandbox)
+    daemon = shell(sandbox, "setsid sleep 600 >/dev/null 2>&1 & echo $!").strip()
+    response = sandbox.execute("kill -9 -1; echo survived")
+    assert (response.output, response.exit_code) == ("survived\n", 0)
+    assert sandbox.execute(f"kill -0 {daemon}").exit_code != 0  # killed with everything else
+    response = sandbox.execute("sh -c 'kill -9 -1'; echo unreachable")
+    assert (response.output, response.exit_code, response.timed_out) == ("", 137, False)
+    for attempt in ("kill -9 1", "kill -9 $PPID", "kill -STOP 1", "kill -INT 1", "kill -TERM 1"):
+        assert sandbox.execute(attempt).exit_code == 0, attempt  # sent, and dropped by the kernel
+    assert shell(sandbox, "echo ok") == "ok\n"
+    assert jail_pid(provider, sandbox) == server  # the same jail, never restarted
+
+
+def test_orphans_are_reaped(provider: BwrapProvider, sandbox: BwrapSandbox) -> None:
+    """The server, as PID 1, inherits what outlives its parent and reaps it:
+    no zombie is left to count towards the process limit."""
+    orphan = int(shell(sandbox, "setsid sleep 600 >/dev/null 2>&1 & echo $!"))
+    namespace = namespace_of(jail_pid(provider, sandbox))
+    assert shell(sandbox, f"cat /proc/{orphan}/status | grep PPid").split() == ["PPid:", "1"]
+    shell(sandbox, f"kill -9 {orphan}")
+    eventually(lambda: len(processes_in(namespace)) == 1, "the orphan was not reaped")
+    assert shell(sandbox, "ps -eo stat= | grep -c Z || true") == "0\n"
 
 
 def test_delete_ends_the_jail_and_everything_in_it(provider: BwrapProvider, sandbox: BwrapSandbox) -> None:
     shell(sandbox, "setsid sh -c 'while :; do sleep 0.1; done' >/dev/null 2>&1 &")
     namespace = namespace_of(jail_pid(provider, sandbox))
-    assert len(processes_in(namespace)) >= 3
+    assert len(processes_in(namespace)) >= 2
     provider.delete(sandbox_id=sandbox.id)
     assert processes_in(namespace) == []  # delete waited for the jail to end
     with pytest.raises(errors.SandboxNotFoundError):
@@ -222,8 +260,7 @@ def test_reap_and_expiry_end_the_jail(provider: BwrapProvider) -> None:
 
 
 def test_an_expired_jail_that_runs_nothing_but_its_server_ends(provider: BwrapProvider) -> None:
-    """Nothing is left to kill but the server (bwrap's PID 1 is no target of
-    ``kill(-1)``, which then fails): the jail still ends, not its expiry watch."""
+    """An expired jail with nothing left in it but its server ends too."""
     expiring = provider.create(idle_timeout=2)
     shell(expiring, "true")
     namespace = namespace_of(jail_pid(provider, expiring))
@@ -270,7 +307,7 @@ def test_a_sandbox_made_without_a_provider_ends_its_jail_when_collected(tmp_path
     jail_dir = sandbox.jail.directory
     namespace = namespace_of(int((jail_dir / "pid").read_text().split()[0]))
     jailed = starts(processes_in(namespace))
-    assert len(jailed) >= 3  # bwrap's PID 1, the jail's server, the sleep
+    assert len(jailed) >= 2  # the jail's server (its PID 1), the sleep
     del sandbox
     gc.collect()
     assert not jail_dir.exists()
@@ -288,7 +325,7 @@ def test_an_idle_empty_jail_ends_and_the_next_command_starts_another(
     empty_namespace, busy_namespace = namespace_of(first), namespace_of(jail_pid(provider, busy))
     empty_jail = starts(processes_in(empty_namespace))
     eventually(lambda: still_running(empty_jail) == [], "the idle jail still runs")
-    assert len(processes_in(busy_namespace)) == 3  # kept: a process runs in it
+    assert len(processes_in(busy_namespace)) == 2  # kept: a process runs in it
     assert shell(empty, "echo again") == "again\n"
     assert jail_pid(provider, empty) != first
 
