@@ -7,9 +7,12 @@ namespace."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import gc
 import json
 import os
+import secrets
 import signal
 import socket
 import struct
@@ -120,18 +123,67 @@ def test_a_background_server_outlives_execute_and_answers_later(sandbox: BwrapSa
     assert sandbox.execute(HTTP).output == "changed\n"
 
 
-def test_the_commands_own_group_ends_with_it(provider: BwrapProvider, sandbox: BwrapSandbox) -> None:
-    """A plain background job is in the command's group: killed when the
-    command returns, and at its timeout; a ``setsid`` process is not."""
-    result = sandbox.execute("(sleep 2; echo alive > job) & setsid sh -c 'sleep 2; echo alive > daemon' &")
-    assert result.exit_code == 0
-    result = sandbox.execute("(sleep 2; echo alive > job2) & sleep 60", timeout=1)
-    assert result.timed_out and result.exit_code == 124
-    eventually(lambda: sandbox.execute("cat daemon").output == "alive\n", "the setsid process was killed")
-    assert sandbox.execute("ls job job2").exit_code != 0
+#: What a command leaves behind, each known by its ``argv[0]`` (``exec -a``):
+#: two stay in the command's process group, two leave it with ``setsid``.
+LEFT_BEHIND = {
+    "job": "(exec -a {tag}-job sleep 600) >/dev/null 2>&1 &",
+    "double-fork": "( (exec -a {tag}-double-fork sleep 600) >/dev/null 2>&1 & )",
+    "daemon": "setsid bash -c 'exec -a {tag}-daemon sleep 600' >/dev/null 2>&1 &",
+    "double-daemon": "( setsid bash -c 'exec -a {tag}-double-daemon sleep 600' >/dev/null 2>&1 & )",
+}
+#: What outlives the command, however it ends.
+LEFT_THE_GROUP = {"daemon", "double-daemon"}
+#: How the command goes on once all of ``LEFT_BEHIND`` runs.
+ENDINGS = {"exit": "", "timeout": "; sleep 600", "cancel": "; sleep 600"}
+#: Long enough for the command to start what it leaves behind on a loaded machine.
+TIMEOUT = PATIENCE / 4
+
+
+def left_running(namespace: str, tag: str) -> set[str]:
+    """Which of ``LEFT_BEHIND`` (by the names ``tag`` starts) run in the namespace."""
+    names = set()
+    for pid in processes_in(namespace):
+        with contextlib.suppress(OSError):
+            name = Path(f"/proc/{pid}/cmdline").read_bytes().partition(b"\0")[0].decode()
+            if name.startswith(f"{tag}-"):
+                names.add(name.removeprefix(f"{tag}-"))
+    return names
+
+
+async def cancel_once_ready(sandbox: BwrapSandbox, command: str) -> None:
+    async with anyio.create_task_group() as group:
+        group.start_soon(functools.partial(sandbox.aexecute, command, timeout=PATIENCE * 3))
+        deadline = time.monotonic() + PATIENCE
+        while not (sandbox.workspace / "ready").exists():
+            assert time.monotonic() < deadline, "the command never got ready"
+            await anyio.sleep(0.05)
+        group.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_what_a_command_leaves_follows_one_rule_however_it_ends(
+    provider: BwrapProvider, sandbox: BwrapSandbox, ending: str
+) -> None:
+    """Whether the command exits, times out or is cancelled, what is in its
+    process group then (a background job, a double fork) is killed, and what
+    left the group (``setsid``, once or after a double fork) runs on, as does
+    a process of ``start()``."""
+    tag = f"left-{secrets.token_hex(4)}"
+    started = sandbox.start("sleep 600")
+    setup = "".join(f"{line.format(tag=tag)}\n" for line in LEFT_BEHIND.values())
+    wait = f"until [ \"$(pgrep -c -f '^{tag}-')\" = {len(LEFT_BEHIND)} ]; do sleep 0.05; done"
+    command = f"{setup}{wait}; echo ready; touch ready{ENDINGS[ending]}"
     namespace = namespace_of(jail_pid(provider, sandbox))
-    # the server (the jail's PID 1) alone: nothing of the commands (the daemon is ending)
-    eventually(lambda: len(processes_in(namespace)) == 1, "a command left processes")
+    if ending == "cancel":
+        anyio.run(cancel_once_ready, sandbox, command)
+    else:
+        response = sandbox.execute(command, timeout=TIMEOUT)
+        expected = ("ready\n", 0, False) if ending == "exit" else ("ready\n", 124, True)
+        assert (response.output, response.exit_code, response.timed_out) == expected
+    eventually(
+        lambda: left_running(namespace, tag) == LEFT_THE_GROUP, "the group ran on, or what left it did not"
+    )
+    assert started.poll() is None
 
 
 def test_exit_statuses(sandbox: BwrapSandbox) -> None:

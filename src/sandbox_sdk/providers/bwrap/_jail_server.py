@@ -26,12 +26,15 @@ format, all integers big-endian:
 * a ``k`` from the client, or its hang-up, kills the command's group (the
   ``x`` frame then follows a ``k``).
 
-When the command exits, output is still collected for ``DRAIN_SECONDS``
-from what it left running, and what it left in its process group has as long
-to end or leave the group; then the group is killed. A process that left the
-group (``setsid``) keeps running until the jail ends. At the
-timeout the group is killed and the exit code is 124. A signal death reads
-128 + N.
+What a command leaves behind follows one rule, however the command ends
+(exit, timeout, cancel, hang-up): whatever is in its process group then is
+killed, and a process that left the group (``setsid``, as ``start()``'s
+supervisor and the operation server do) keeps running until the jail ends.
+At an exit, output is still collected for ``DRAIN_SECONDS`` from what the
+command left running, and what is in its group has as long to end or leave
+it (``cmd &`` returns before ``cmd`` runs, so a ``setsid`` may be under way);
+at the timeout (exit code 124), a cancel or a hang-up the group is killed at
+once. A signal death reads 128 + N.
 
 A jail that has had no connection for IDLE_EXIT seconds and runs no
 process but the server ends (so sandboxes nobody deletes do not keep idle
