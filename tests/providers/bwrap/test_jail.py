@@ -7,9 +7,12 @@ namespace."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import gc
 import json
 import os
+import secrets
 import signal
 import socket
 import struct
@@ -120,18 +123,67 @@ def test_a_background_server_outlives_execute_and_answers_later(sandbox: BwrapSa
     assert sandbox.execute(HTTP).output == "changed\n"
 
 
-def test_the_commands_own_group_ends_with_it(provider: BwrapProvider, sandbox: BwrapSandbox) -> None:
-    """A plain background job is in the command's group: killed when the
-    command returns, and at its timeout; a ``setsid`` process is not."""
-    result = sandbox.execute("(sleep 2; echo alive > job) & setsid sh -c 'sleep 2; echo alive > daemon' &")
-    assert result.exit_code == 0
-    result = sandbox.execute("(sleep 2; echo alive > job2) & sleep 60", timeout=1)
-    assert result.timed_out and result.exit_code == 124
-    eventually(lambda: sandbox.execute("cat daemon").output == "alive\n", "the setsid process was killed")
-    assert sandbox.execute("ls job job2").exit_code != 0
+#: What a command leaves behind, each known by its ``argv[0]`` (``exec -a``):
+#: two stay in the command's process group, two leave it with ``setsid``.
+LEFT_BEHIND = {
+    "job": "(exec -a {tag}-job sleep 600) >/dev/null 2>&1 &",
+    "double-fork": "( (exec -a {tag}-double-fork sleep 600) >/dev/null 2>&1 & )",
+    "daemon": "setsid bash -c 'exec -a {tag}-daemon sleep 600' >/dev/null 2>&1 &",
+    "double-daemon": "( setsid bash -c 'exec -a {tag}-double-daemon sleep 600' >/dev/null 2>&1 & )",
+}
+#: What outlives the command, however it ends.
+LEFT_THE_GROUP = {"daemon", "double-daemon"}
+#: How the command goes on once all of ``LEFT_BEHIND`` runs.
+ENDINGS = {"exit": "", "timeout": "; sleep 600", "cancel": "; sleep 600"}
+#: Long enough for the command to start what it leaves behind on a loaded machine.
+TIMEOUT = PATIENCE / 4
+
+
+def left_running(namespace: str, tag: str) -> set[str]:
+    """Which of ``LEFT_BEHIND`` (by the names ``tag`` starts) run in the namespace."""
+    names = set()
+    for pid in processes_in(namespace):
+        with contextlib.suppress(OSError):
+            name = Path(f"/proc/{pid}/cmdline").read_bytes().partition(b"\0")[0].decode()
+            if name.startswith(f"{tag}-"):
+                names.add(name.removeprefix(f"{tag}-"))
+    return names
+
+
+async def cancel_once_ready(sandbox: BwrapSandbox, command: str) -> None:
+    async with anyio.create_task_group() as group:
+        group.start_soon(functools.partial(sandbox.aexecute, command, timeout=PATIENCE * 3))
+        deadline = time.monotonic() + PATIENCE
+        while not (sandbox.workspace / "ready").exists():
+            assert time.monotonic() < deadline, "the command never got ready"
+            await anyio.sleep(0.05)
+        group.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_what_a_command_leaves_follows_one_rule_however_it_ends(
+    provider: BwrapProvider, sandbox: BwrapSandbox, ending: str
+) -> None:
+    """Whether the command exits, times out or is cancelled, what is in its
+    process group then (a background job, a double fork) is killed, and what
+    left the group (``setsid``, once or after a double fork) runs on, as does
+    a process of ``start()``."""
+    tag = f"left-{secrets.token_hex(4)}"
+    started = sandbox.start("sleep 600")
+    setup = "".join(f"{line.format(tag=tag)}\n" for line in LEFT_BEHIND.values())
+    wait = f"until [ \"$(pgrep -c -f '^{tag}-')\" = {len(LEFT_BEHIND)} ]; do sleep 0.05; done"
+    command = f"{setup}{wait}; echo ready; touch ready{ENDINGS[ending]}"
     namespace = namespace_of(jail_pid(provider, sandbox))
-    # bwrap's PID 1 and the server: nothing of the commands (the daemon is ending)
-    eventually(lambda: len(processes_in(namespace)) == 2, "a command left processes")
+    if ending == "cancel":
+        anyio.run(cancel_once_ready, sandbox, command)
+    else:
+        response = sandbox.execute(command, timeout=TIMEOUT)
+        expected = ("ready\n", 0, False) if ending == "exit" else ("ready\n", 124, True)
+        assert (response.output, response.exit_code, response.timed_out) == expected
+    eventually(
+        lambda: left_running(namespace, tag) == LEFT_THE_GROUP, "the group ran on, or what left it did not"
+    )
+    assert started.poll() is None
 
 
 def test_exit_statuses(sandbox: BwrapSandbox) -> None:
@@ -189,16 +241,54 @@ def test_a_killed_jail_is_started_again(provider: BwrapProvider, sandbox: BwrapS
     assert shell(sandbox, "pgrep -c sleep || true") == "0\n"
 
 
-def test_a_jail_whose_server_dies_mid_command_fails_that_command_only(sandbox: BwrapSandbox) -> None:
-    with pytest.raises(errors.SandboxRuntimeError, match="jail ended"):
-        sandbox.execute("kill -9 $PPID; sleep 5")
+def test_a_jail_whose_server_dies_mid_command_fails_that_command_only(
+    provider: BwrapProvider, sandbox: BwrapSandbox
+) -> None:
+    shell(sandbox, "true")  # the jail runs: its pid is recorded
+    server = jail_pid(provider, sandbox)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(sandbox.execute, "touch started; sleep 60", timeout=PATIENCE * 3)
+        eventually((sandbox.workspace / "started").exists, "the command never started")
+        os.kill(server, signal.SIGKILL)  # from the host: nothing inside can (below)
+        with pytest.raises(errors.SandboxRuntimeError, match="jail ended"):
+            running.result()
     assert shell(sandbox, "echo recovered") == "recovered\n"
+
+
+def test_no_command_can_kill_the_jails_server(provider: BwrapProvider, sandbox: BwrapSandbox) -> None:
+    """The server is the jail's PID 1, which the kernel shields from every
+    signal sent inside its namespace: ``kill -9 -1`` kills all the rest, and
+    the command's status still comes back (0 from bash's own ``kill``, which
+    spares its caller; 137 for a bash that a child's ``kill`` killed)."""
+    shell(sandbox, "true")
+    server = jail_pid(provider, sandbox)
+    daemon = shell(sandbox, "setsid sleep 600 >/dev/null 2>&1 & echo $!").strip()
+    response = sandbox.execute("kill -9 -1; echo survived")
+    assert (response.output, response.exit_code) == ("survived\n", 0)
+    assert sandbox.execute(f"kill -0 {daemon}").exit_code != 0  # killed with everything else
+    response = sandbox.execute("sh -c 'kill -9 -1'; echo unreachable")
+    assert (response.output, response.exit_code, response.timed_out) == ("", 137, False)
+    for attempt in ("kill -9 1", "kill -9 $PPID", "kill -STOP 1", "kill -INT 1", "kill -TERM 1"):
+        assert sandbox.execute(attempt).exit_code == 0, attempt  # sent, and dropped by the kernel
+    assert shell(sandbox, "echo ok") == "ok\n"
+    assert jail_pid(provider, sandbox) == server  # the same jail, never restarted
+
+
+def test_orphans_are_reaped(provider: BwrapProvider, sandbox: BwrapSandbox) -> None:
+    """The server, as PID 1, inherits what outlives its parent and reaps it:
+    no zombie is left to count towards the process limit."""
+    orphan = int(shell(sandbox, "setsid sleep 600 >/dev/null 2>&1 & echo $!"))
+    namespace = namespace_of(jail_pid(provider, sandbox))
+    assert shell(sandbox, f"cat /proc/{orphan}/status | grep PPid").split() == ["PPid:", "1"]
+    shell(sandbox, f"kill -9 {orphan}")
+    eventually(lambda: len(processes_in(namespace)) == 1, "the orphan was not reaped")
+    assert shell(sandbox, "ps -eo stat= | grep -c Z || true") == "0\n"
 
 
 def test_delete_ends_the_jail_and_everything_in_it(provider: BwrapProvider, sandbox: BwrapSandbox) -> None:
     shell(sandbox, "setsid sh -c 'while :; do sleep 0.1; done' >/dev/null 2>&1 &")
     namespace = namespace_of(jail_pid(provider, sandbox))
-    assert len(processes_in(namespace)) >= 3
+    assert len(processes_in(namespace)) >= 2
     provider.delete(sandbox_id=sandbox.id)
     assert processes_in(namespace) == []  # delete waited for the jail to end
     with pytest.raises(errors.SandboxNotFoundError):
@@ -222,8 +312,7 @@ def test_reap_and_expiry_end_the_jail(provider: BwrapProvider) -> None:
 
 
 def test_an_expired_jail_that_runs_nothing_but_its_server_ends(provider: BwrapProvider) -> None:
-    """Nothing is left to kill but the server (bwrap's PID 1 is no target of
-    ``kill(-1)``, which then fails): the jail still ends, not its expiry watch."""
+    """An expired jail with nothing left in it but its server ends too."""
     expiring = provider.create(idle_timeout=2)
     shell(expiring, "true")
     namespace = namespace_of(jail_pid(provider, expiring))
@@ -270,7 +359,7 @@ def test_a_sandbox_made_without_a_provider_ends_its_jail_when_collected(tmp_path
     jail_dir = sandbox.jail.directory
     namespace = namespace_of(int((jail_dir / "pid").read_text().split()[0]))
     jailed = starts(processes_in(namespace))
-    assert len(jailed) >= 3  # bwrap's PID 1, the jail's server, the sleep
+    assert len(jailed) >= 2  # the jail's server (its PID 1), the sleep
     del sandbox
     gc.collect()
     assert not jail_dir.exists()
@@ -288,7 +377,7 @@ def test_an_idle_empty_jail_ends_and_the_next_command_starts_another(
     empty_namespace, busy_namespace = namespace_of(first), namespace_of(jail_pid(provider, busy))
     empty_jail = starts(processes_in(empty_namespace))
     eventually(lambda: still_running(empty_jail) == [], "the idle jail still runs")
-    assert len(processes_in(busy_namespace)) == 3  # kept: a process runs in it
+    assert len(processes_in(busy_namespace)) == 2  # kept: a process runs in it
     assert shell(empty, "echo again") == "again\n"
     assert jail_pid(provider, empty) != first
 

@@ -125,8 +125,8 @@ def test_nested_namespaces_and_mounts_fail_with_eperm(sandbox: BwrapSandbox) -> 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as an ordinary user, every jail here is made this way")
 def test_an_unprivileged_jail_gets_the_filter_from_bwrap(tmp_path: Path) -> None:
     """As root the filter is loaded after the jail's own ``unshare``; the
-    path an ordinary user takes (bwrap --seccomp, which also covers bwrap's
-    PID 1) is checked here by building that jail as root."""
+    path an ordinary user takes (bwrap --seccomp, for the jail's server,
+    its PID 1) is checked here by building that jail as root."""
     jail = Jail()
     jail.as_root = False
     os.chmod(tmp_path, 0o777)
@@ -138,7 +138,7 @@ def test_an_unprivileged_jail_gets_the_filter_from_bwrap(tmp_path: Path) -> None
     finally:
         stop_jail(client.directory)
     assert "unshare failed: Operation not permitted" in result.output
-    assert result.output.count("Seccomp:\t2\n") == 2  # filtered, the command and PID 1 alike
+    assert result.output.count("Seccomp:\t2\n") == 2  # filtered, the command and the server alike
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="an x32 call can only be made on x86_64")

@@ -1,6 +1,13 @@
 """The server inside a sandbox's long-lived bubblewrap jail (stdlib only,
 Python 3.8+; it runs with the host's ``python3`` as the jail's one command).
 
+It is the jail's PID 1 (bwrap's ``--as-pid-1``): the kernel delivers a
+signal from inside a PID namespace to its PID 1 only if that process handles
+it, and this one handles none, so no command can kill it, not even with
+``kill -9 -1`` or ``kill -9 1``; a command that kills everything else still
+gets its exit status back, and the jail serves the next one. Being PID 1, it
+inherits every process whose parent ended and reaps them all (``Reaper``).
+
 It accepts connections on a listening unix socket it inherits (the socket
 file lives in the sandbox's host state directory, which the jail cannot see;
 only this descriptor reaches in), one command per connection, and runs each
@@ -19,24 +26,25 @@ format, all integers big-endian:
 * a ``k`` from the client, or its hang-up, kills the command's group (the
   ``x`` frame then follows a ``k``).
 
-When the command exits, output is still collected for ``DRAIN_SECONDS``
-from what it left running, and what it left in its process group has as long
-to end or leave the group; then the group is killed. A process that left the
-group (``setsid``) keeps running until the jail ends. At the
-timeout the group is killed and the exit code is 124. A signal death reads
-128 + N.
+What a command leaves behind follows one rule, however the command ends
+(exit, timeout, cancel, hang-up): whatever is in its process group then is
+killed, and a process that left the group (``setsid``, as ``start()``'s
+supervisor and the operation server do) keeps running until the jail ends.
+At an exit, output is still collected for ``DRAIN_SECONDS`` from what the
+command left running, and what is in its group has as long to end or leave
+it (``cmd &`` returns before ``cmd`` runs, so a ``setsid`` may be under way);
+at the timeout (exit code 124), a cancel or a hang-up the group is killed at
+once. A signal death reads 128 + N.
 
 A jail that has had no connection for IDLE_EXIT seconds and runs no
 process but the server ends (so sandboxes nobody deletes do not keep idle
 servers); the next command starts it again. The server ends the jail by
-killing every other process in it (bwrap's PID 1,
-which stays while it has any, then exits, and the kernel tears the PID
-namespace down) and exiting: at the sandbox's expiry, known from
-its TTL deadline and the host's last-used file (an inherited read-only
-descriptor, read with ``fstat``: its mtime is the last use, and a link count
-of 0 means the sandbox's directory is gone). The host ends it by killing
-bwrap's PID 1; a client that finds the server gone does so before it starts a
-new jail.
+exiting (the kernel then kills every other process of its PID namespace):
+at the sandbox's expiry, known from its TTL deadline and the host's
+last-used file (an inherited read-only descriptor, read with ``fstat``: its
+mtime is the last use, and a link count of 0 means the sandbox's directory is
+gone). The host ends it by killing the server, from outside the namespace; a
+client that finds the server gone does so before it starts a new jail.
 
 Arguments: LISTEN_FD CPU_SECONDS EXPIRES_AT IDLE_TIMEOUT USAGE_FD IDLE_EXIT,
 ``-`` for none. ``CPU_SECONDS`` is set on each command (soft and hard, by bash's
@@ -125,9 +133,64 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def exit_code(status: int) -> int:
+    """A wait status as a shell reads it: 128 + N for a death by signal N."""
+    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+class Command:
+    """A command the server started, and its exit code once it is reaped."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.ended = threading.Event()
+        self.code = 0
+
+    def exited(self, code: int) -> None:
+        self.code = code
+        self.proc.returncode = code  # reaped: the Popen must never wait for its pid itself
+        self.ended.set()
+
+
+class Reaper:
+    """Waits for every child of the server. As the jail's PID 1 the server
+    inherits each process whose parent ended (a ``setsid`` daemon, a double
+    fork), and must reap them: a zombie counts towards the jail's process
+    limit. A command's own status goes to the thread serving it; commands
+    are waited for here only, as a ``Popen.wait`` would race with this
+    thread for them."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.commands: Dict[int, Command] = {}
+        self.spawned = threading.Event()
+
+    def start(self, argv: List[str], **options: Any) -> Command:
+        # under the lock: a command that ends at once is known before its status is looked up
+        with self.lock:
+            command = Command(subprocess.Popen(argv, **options))
+            self.commands[command.proc.pid] = command
+        self.spawned.set()
+        return command
+
+    def run(self) -> None:
+        while True:
+            self.spawned.clear()
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:  # no child at all until the next command
+                self.spawned.wait()
+                continue
+            with self.lock:
+                command = self.commands.pop(pid, None)
+            if command is not None:
+                command.exited(exit_code(status))
+
+
 class Server:
     def __init__(self, cpu_seconds: Optional[int], idle_exit: float) -> None:
         self.idle_exit = idle_exit
+        self.reaper = Reaper()
         self.lock = threading.Lock()
         self.active = 0  # connections being served
         self.last_active = time.monotonic()
@@ -147,11 +210,11 @@ class Server:
 
     def idle_and_empty(self) -> bool:
         """Nothing to keep the jail for: no connection for ``idle_exit``
-        seconds and no process in it but bwrap's PID 1 and this one."""
+        seconds and no process in it but this one."""
         with self.lock:
             if self.active or time.monotonic() - self.last_active < self.idle_exit:
                 return False
-        return set(name for name in os.listdir("/proc") if name.isdigit()) <= {"1", str(os.getpid())}
+        return set(name for name in os.listdir("/proc") if name.isdigit()) <= {str(os.getpid())}
 
     def serve_one(self, conn: socket.socket) -> None:
         with conn:
@@ -171,7 +234,7 @@ class Server:
             command = "".join(step + "; " for step in setup) + request["command"]
             try:
                 send_frame(conn, b"s", b"")  # before the command can run, so the client may count on it
-                proc = subprocess.Popen(
+                started = self.reaper.start(
                     ["bash", "-c", command],
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
@@ -188,14 +251,14 @@ class Server:
                 for fd in fds:
                     os.close(fd)
             try:
-                self.relay(conn, proc, float(request["timeout"]), int(request["max_output"]))
+                self.relay(conn, started, float(request["timeout"]), int(request["max_output"]))
             except OSError:
                 pass  # the client went away: nothing to answer
             finally:
-                kill_group(proc.pid)
-                if proc.stdout is not None:
-                    proc.stdout.close()
-                proc.wait()
+                kill_group(started.proc.pid)
+                if started.proc.stdout is not None:
+                    started.proc.stdout.close()
+                started.ended.wait()
 
     def reply(self, conn: socket.socket, output: bytes, status: Dict[str, Any]) -> None:
         try:
@@ -205,13 +268,12 @@ class Server:
         except OSError:
             pass
 
-    def relay(
-        self, conn: socket.socket, proc: subprocess.Popen[bytes], timeout: float, max_output: int
-    ) -> None:
+    def relay(self, conn: socket.socket, command: Command, timeout: float, max_output: int) -> None:
         """Stream the command's output until it ends, times out or the client
         cancels; then report how it ended."""
-        assert proc.stdout is not None
-        pipe = proc.stdout.fileno()
+        assert command.proc.stdout is not None
+        pipe = command.proc.stdout.fileno()
+        pgid = command.proc.pid
         room = max_output
         truncated = timed_out = cancelled = False
         deadline = time.monotonic() + timeout
@@ -221,11 +283,11 @@ class Server:
             selector.register(conn, selectors.EVENT_READ, "client")
             while True:
                 now = time.monotonic()
-                if drain_until is None and proc.poll() is not None:
+                if drain_until is None and command.ended.is_set():
                     drain_until = now + DRAIN_SECONDS
                 limit = deadline if drain_until is None else min(deadline, drain_until)
                 if now >= limit:
-                    timed_out = proc.poll() is None
+                    timed_out = not command.ended.is_set()
                     break
                 events = selector.select(min(limit - now, POLL_SECONDS))
                 if any(key.data == "client" for key, _ in events):
@@ -246,17 +308,14 @@ class Server:
                     send_frame(conn, b"o", block)
         if not (timed_out or cancelled):
             # the pipe can close long before the command ends (``exec >log``)
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                timed_out = True
+            timed_out = not command.ended.wait(max(0.0, deadline - time.monotonic()))
         if timed_out or cancelled:
-            kill_group(proc.pid)
-        code = proc.wait()
-        settle_group(proc.pid, min(deadline, time.monotonic() + DRAIN_SECONDS))
-        kill_group(proc.pid)
-        exit_code = TIMEOUT_EXIT_CODE if timed_out else (128 - code if code < 0 else code)
-        self.reply(conn, b"", {"exit_code": exit_code, "timed_out": timed_out, "truncated": truncated})
+            kill_group(pgid)
+        command.ended.wait()
+        settle_group(pgid, min(deadline, time.monotonic() + DRAIN_SECONDS))
+        kill_group(pgid)
+        code = TIMEOUT_EXIT_CODE if timed_out else command.code
+        self.reply(conn, b"", {"exit_code": code, "timed_out": timed_out, "truncated": truncated})
 
 
 def expired(expires_at: Optional[float], idle_timeout: Optional[float], usage_fd: Optional[int]) -> bool:
@@ -274,16 +333,11 @@ def expired(expires_at: Optional[float], idle_timeout: Optional[float], usage_fd
 def watch(
     server: Server, expires_at: Optional[float], idle_timeout: Optional[float], usage_fd: Optional[int]
 ) -> None:
-    """Ends the jail once the sandbox has expired (every other process of
-    the jail is killed: bwrap's PID 1 ends once it has none left, then this
-    one), or once it has been idle and empty for a while (the next command
-    starts it again)."""
-    while not server.idle_and_empty():
-        if expired(expires_at, idle_timeout, usage_fd):
-            # bwrap's PID 1 is no target of kill(-1): with nothing else left, it fails
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(-1, signal.SIGKILL)
-            break
+    """Ends the jail once the sandbox has expired, or once it has been idle
+    and empty for a while (the next command starts it again): the server is
+    the PID namespace's first process, whose exit makes the kernel kill every
+    other."""
+    while not (server.idle_and_empty() or expired(expires_at, idle_timeout, usage_fd)):
         time.sleep(EXPIRY_CHECK_SECONDS)
     os._exit(0)
 
@@ -308,8 +362,12 @@ def main(argv: List[str]) -> None:
     usage_fd = optional(argv[4], int)
     idle_exit = float(argv[5])
     make_undumpable()
+    # Python's one handler (SIGINT's) would let a command raise KeyboardInterrupt in the server:
+    # with none, a signal sent from inside the jail to its PID 1 is dropped by the kernel
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     threading.stack_size(THREAD_STACK_BYTES)
     server = Server(cpu_seconds, idle_exit)
+    threading.Thread(target=server.reaper.run, daemon=True).start()
     threading.Thread(target=watch, args=(server, expires_at, idle_timeout, usage_fd), daemon=True).start()
     listener = socket.socket(fileno=listen_fd)
     while True:

@@ -268,11 +268,11 @@ class Jail:
         """Start a jail running the server with ``server_args``, detached
         (``setsid --fork``: bwrap's parent is then init, not this process,
         which it outlives), from a thread that has a session keyring of its
-        own (``_keyring``). bwrap writes its PID 1's host pid to ``info_fd``;
-        ``pass_fds`` reach the server; bwrap's and the server's stderr go to
-        ``log_fd``. bwrap reads its options from a descriptor, since they name
-        host paths and the jail's PID 1 is bwrap itself (its command line is
-        in every ``ps``); the server's source comes in one too."""
+        own (``_keyring``). bwrap writes its PID 1's host pid (the server's,
+        see ``options``) to ``info_fd``; ``pass_fds`` reach the server;
+        bwrap's and the server's stderr go to ``log_fd``. bwrap reads its
+        options from a descriptor, since they name host paths, which no
+        ``ps`` should show; the server's source comes in one too."""
         with contextlib.ExitStack() as stack:
             filter_fd = stack.enter_context(_memory_file("sandbox-sdk-seccomp", self.seccomp_filter))
             script_fd = stack.enter_context(_memory_file("sandbox-sdk-jail-server", _server_source()))
@@ -296,10 +296,14 @@ class Jail:
             _keyring.in_new_session_keyring(run)
 
     def options(self, settings: JailSettings) -> list[str]:
-        """bwrap's options: namespaces, mounts, environment."""
+        """bwrap's options: namespaces, mounts, environment. The server is the
+        PID namespace's PID 1 (``--as-pid-1``, no bwrap process in the jail):
+        no command can signal it, not even with ``kill -9 -1``
+        (``_jail_server``)."""
         options = [
             "--new-session",
             "--unshare-pid",
+            "--as-pid-1",
             "--unshare-ipc",
             "--unshare-uts",
             "--unshare-cgroup-try",
