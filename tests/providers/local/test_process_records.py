@@ -8,6 +8,7 @@ supervisor wrote ``meta`` in), so it plants where the code under test looks."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
@@ -15,6 +16,7 @@ import os
 import secrets
 import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ import pytest
 from sandbox_sdk import errors
 from sandbox_sdk.process import Process
 from sandbox_sdk.providers.local import LocalSandbox
+from sandbox_sdk.remote import _runtime, proc
 from tests.providers.local.test_processes import running
 
 #: The uid another user of the host has (``nobody``).
@@ -175,3 +178,44 @@ async def test_an_invalid_pid_is_a_typed_error(local: LocalSandbox, pid: object)
         local.process(pid)  # type: ignore[arg-type]
     with pytest.raises(errors.InvalidArgumentError):
         await local.aprocess(pid)  # type: ignore[arg-type]
+
+
+def test_a_record_whose_pid_was_reused_is_not_signalled(tmp_path: Path) -> None:
+    """A record that is right in all but the start time (its pid has been
+    given to another process since) signals nothing: here this process is
+    the sleeper's parent and holds the record's lock, as its supervisor
+    would, so the start time alone refuses it."""
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    handle = secrets.token_hex(16)
+    args = {
+        "scratch": base64.b64encode(os.fsencode(tmp_path)).decode(),
+        "owner": "tester",
+        "pid": sleeper.pid,
+        "handle": handle,
+        "signal": int(signal.SIGKILL),
+        "grace": 0.0,
+        "settle": 0.0,
+    }
+    path = os.path.join(proc.records(args), handle.encode())
+    os.mkdir(path, 0o700)
+    lock = os.open(os.path.join(path, b"lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    start = proc.start_time(sleeper.pid)
+    assert start is not None
+    meta = {
+        "pid": sleeper.pid,
+        "start": start - 1,
+        "supervisor": os.getpid(),
+        "supervisor_start": proc.start_time(os.getpid()),
+        "lock": lock,
+    }
+    proc.write_atomically(path, b"meta", json.dumps(meta).encode())
+    try:
+        with pytest.raises(_runtime.Fail, match="not started through this API") as refused:
+            proc.send_signal(args, [])
+        assert refused.value.code == "NO_PROCESS"
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        os.close(lock)
