@@ -29,7 +29,6 @@ for now (see ``vouched``).
 from __future__ import annotations
 
 import os
-import stat
 import time
 
 from sandbox_sdk.remote._runtime import (
@@ -95,6 +94,10 @@ RECORDS = b".sbx-processes-%d"
 #: A record's name, its handle: 128 random bits in lowercase hex.
 HANDLE_DIGITS = 32
 HEX_DIGITS = b"0123456789abcdef"
+#: A private directory's ``st_mode`` under this mask: a directory (``S_IFDIR``
+#: of the type bits ``S_IFMT``), no permission for group or others.
+PRIVATE_MASK = 0o170077
+PRIVATE_DIRECTORY = 0o040000
 #: Added to the flags of every open of a record's files: never through a symlink.
 NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 #: Where ``/proc/<pid>/stat``'s fields 4 (the parent) and 22 (the start
@@ -125,7 +128,7 @@ def private(path: bytes, make: bool = False) -> bytes:
             pass
     st = os.lstat(path)
     euid = os.geteuid()
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != euid or st.st_mode & 0o077:
+    if st.st_mode & PRIVATE_MASK != PRIVATE_DIRECTORY or st.st_uid != euid:
         raise Fail(
             "PERMISSION_DENIED",
             "%s is not a private directory of uid %d (owner %d, mode %o), so it is not used: remove it"
