@@ -251,7 +251,6 @@ def test_a_kill_returns_the_exit_its_supervisor_records(tmp_path: Path, number: 
         "start": proc.start_time(sleeper.pid),
         "supervisor": os.getpid(),
         "supervisor_start": proc.start_time(os.getpid()),
-        "lock": lock,
     }
     proc.write_atomically(path, b"meta", json.dumps(meta).encode())
 

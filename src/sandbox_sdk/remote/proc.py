@@ -278,10 +278,9 @@ def supervise(
 ) -> None:
     """The supervisor of a detached command (see the module docstring). Its
     record's ``meta`` says which process it started: the pid and start time
-    of the command and of the supervisor, and the descriptor of the lock it
-    holds (see ``vouched``)."""
+    of the command and of the supervisor (see ``vouched``)."""
     try:
-        lock = hold_lock(path)
+        hold_lock(path)
         files = [open_in(path, name, os.O_WRONLY | os.O_CREAT | os.O_EXCL) for name in FILES]
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -296,7 +295,6 @@ def supervise(
             "start": start_time(pid),
             "supervisor": os.getpid(),
             "supervisor_start": start_time(os.getpid()),
-            "lock": lock,
         }
         write_atomically(path, b"meta", json_dumps(meta).encode("ascii"))
     except Fail as exc:  # told to the client as its code, which the client raises
@@ -384,16 +382,14 @@ class Output:
         return order, [bytes(kept[0]), bytes(kept[1])], at
 
 
-def hold_lock(path: bytes) -> int:
+def hold_lock(path: bytes) -> None:
     """Lock the record's ``lock`` file for as long as this supervisor lives
-    (the descriptor, returned, stays open until it exits): while it is held,
-    the process is supervised, and a record whose lock is free and that has
-    no status has lost its supervisor (killed, or the sandbox ended it)."""
+    (the descriptor stays open until it exits): while it is held, the
+    process is supervised, and a record whose lock is free and that has no
+    status has lost its supervisor (killed, or the sandbox ended it)."""
     import fcntl
 
-    fd = open_in(path, b"lock", os.O_RDWR | os.O_CREAT | os.O_EXCL)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd
+    fcntl.flock(open_in(path, b"lock", os.O_RDWR | os.O_CREAT | os.O_EXCL), fcntl.LOCK_EX)
 
 
 def supervised(path: bytes) -> bool:
@@ -436,31 +432,41 @@ def vouched(path: bytes, meta: Any) -> bool:
     """Whether record ``path`` is, now, of the process its ``meta`` names:
     that pid has the recorded start time (it was not reused), its parent is
     the recorded supervisor (pid and start time), and that supervisor holds
-    this record's lock open. Only the process that starts another is its
-    parent, so a record planted for a process started in some other way
-    names a parent that does not hold the record's lock (unless the planter
-    made it so, and then the planter started the process itself): nothing
-    is signalled through such a record, and it is not reattached to."""
+    this record's lock. Only the process that starts another is its parent,
+    so a record planted for a process started in some other way names a
+    parent that does not hold the record's lock (unless the planter made it
+    so, and then the planter started the process itself): nothing is
+    signalled through such a record, and it is not reattached to."""
     try:
         command = stat_fields(int(meta["pid"]))
         supervisor = stat_fields(int(meta["supervisor"]))
-        if (
+        return not (
             command is None
             or supervisor is None
             or int(command[START_FIELD]) != meta["start"]
             or int(command[PARENT_FIELD]) != meta["supervisor"]
             or int(supervisor[START_FIELD]) != meta["supervisor_start"]
-        ):
-            return False
-        held = os.stat(b"/proc/%d/fd/%d" % (int(meta["supervisor"]), int(meta["lock"])))
-        fd = open_in(path, b"lock")
+            or int(meta["supervisor"]) not in lock_holders(path)
+        )
     except (OSError, LookupError, TypeError, ValueError):
         return False
+
+
+def lock_holders(path: bytes) -> List[int]:
+    """The pids holding record ``path``'s lock, as ``/proc/locks`` shows them
+    (``<n>: FLOCK ADVISORY WRITE <pid> <major>:<minor>:<inode> ...``; a
+    waiter's line has ``->`` after the number). Anyone may read it, where a
+    look at another process's descriptors (``/proc/<pid>/fd``) needs ptrace
+    access, which a command in another user namespace lacks."""
+    fd = open_in(path, b"lock")
     try:
-        lock = os.fstat(fd)
+        st = os.fstat(fd)
     finally:
         os.close(fd)
-    return (held.st_dev, held.st_ino) == (lock.st_dev, lock.st_ino)
+    lock = b"%02x:%02x:%d" % (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    with open(b"/proc/locks", "rb") as locks:
+        lines = locks.read().splitlines()
+    return [int(f[4]) for f in (line.split() for line in lines) if f[1:2] == [b"FLOCK"] and f[5:6] == [lock]]
 
 
 def status_of(path: bytes) -> Tuple[Any, bool]:

@@ -207,7 +207,6 @@ def test_a_record_whose_pid_was_reused_is_not_signalled(tmp_path: Path) -> None:
         "start": start - 1,
         "supervisor": os.getpid(),
         "supervisor_start": proc.start_time(os.getpid()),
-        "lock": lock,
     }
     proc.write_atomically(path, b"meta", json.dumps(meta).encode())
     try:
