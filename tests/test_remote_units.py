@@ -229,25 +229,35 @@ def test_a_kill_returns_the_exit_its_supervisor_records(tmp_path: Path, number: 
     """A kill waits (up to ``settle``) for the supervisor to record the exit,
     so ``kill`` then ``poll`` reads it: SIGKILL as well as SIGTERM (a
     SIGKILL returned at once, and a loaded sandbox's next poll found the
-    process running). Here a "supervisor" records the exit 0.3 s late."""
+    process running). Here a "supervisor" (this process, the sleeper's
+    parent, with the record's lock) records the exit 0.3 s late."""
     sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    handle = "5a" * 16
     args = {
         "scratch": base64.b64encode(os.fsencode(tmp_path)).decode(),
         "owner": "tester",
         "pid": sleeper.pid,
+        "handle": handle,
         "signal": int(number),
         "grace": 3.0 if number == signal.SIGTERM else 0.0,
         "settle": 5.0,
     }
-    path = os.path.join(proc.records(args), b"%d" % sleeper.pid)
-    os.mkdir(path)
+    path = os.path.join(proc.records(args), handle.encode())
+    os.mkdir(path, 0o700)
     lock = os.open(os.path.join(path, b"lock"), os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX)  # held: the process is supervised
+    meta = {
+        "pid": sleeper.pid,
+        "start": proc.start_time(sleeper.pid),
+        "supervisor": os.getpid(),
+        "supervisor_start": proc.start_time(os.getpid()),
+    }
+    proc.write_atomically(path, b"meta", json.dumps(meta).encode())
 
     def supervise() -> None:
         code = 128 - sleeper.wait()  # Popen: -N for death by signal N
         time.sleep(0.3)
-        proc.write_atomically(os.path.join(path, b"status"), b'{"exit_code": %d, "timed_out": false}' % code)
+        proc.write_atomically(path, b"status", b'{"exit_code": %d, "timed_out": false}' % code)
 
     supervisor = threading.Thread(target=supervise)
     supervisor.start()

@@ -73,7 +73,9 @@ from sandbox_sdk._process import (
     Decoders,
     Follower,
     OutputSink,
+    Record,
     end_quietly,
+    find_process,
     forget,
     list_processes,
     pieces,
@@ -166,8 +168,8 @@ class SandboxOperations(SandboxCore):
         :class:`~sandbox_sdk.process.Process` reads, waits for and kills it
         (from any client: see :meth:`process`)."""
         spec = command_of(command, cwd, env, stdin, None)
-        pid = yield from spawn(self, spec)
-        return Process(self, pid, spec.command)
+        record = yield from spawn(self, spec)
+        return Process(self, record.pid, spec.command, record.handle)
 
     def _op_processes(self) -> Operation[list[ProcessInfo]]:
         """The background processes this sandbox knows, running or ended
@@ -176,9 +178,11 @@ class SandboxOperations(SandboxCore):
 
     def _op_process(self, pid: int) -> Operation[Process]:
         """Reattach to a background process by its pid, from any client of the
-        sandbox; :class:`~sandbox_sdk.errors.ProcessNotFoundError` if unknown."""
-        (info,) = yield from list_processes(self, pid)
-        return Process(self, info.pid, info.command)
+        sandbox (its newest record, if the pid was reused);
+        :class:`~sandbox_sdk.errors.ProcessNotFoundError` if no process of that
+        pid was started through ``start`` (docs/processes.md)."""
+        entry = yield from find_process(self, pid)
+        return Process(self, entry["pid"], protocol.decode_path(entry["command"]), entry["handle"])
 
     def stream(
         self,
@@ -226,15 +230,15 @@ class SandboxOperations(SandboxCore):
         provider whose platform streams a command's output overrides this
         with its own requests (and gets no polling). Interrupted, it must kill
         what it started before the interruption goes on."""
-        pid = yield from spawn(self, command)
+        record = yield from spawn(self, command)
         try:
             keep = self.max_output_bytes if keep_output else 0
-            result = yield from Follower(self, pid).to_end(sink, keep=keep)
+            result = yield from Follower(self, record).to_end(sink, keep=keep)
         except BaseException as exc:
             if can_clean_up(exc):
-                yield from end_quietly(self, pid)
+                yield from end_quietly(self, record)
             raise
-        yield from forget(self, pid)
+        yield from forget(self, record)
         return result
 
     # -- ls / stat -------------------------------------------------------------------
@@ -605,13 +609,13 @@ def _run_foreground(sandbox: SandboxCore, command: Command) -> Operation[RunResu
     return collected.result(value["exit_code"], value["timed_out"], truncated=value["truncated"])
 
 
-def spawn(sandbox: SandboxCore, command: Command) -> Operation[int]:
-    """Start ``command`` detached (``remote/proc.py``'s ``spawn``); its pid."""
+def spawn(sandbox: SandboxCore, command: Command) -> Operation[Record]:
+    """Start ``command`` detached (``remote/proc.py``'s ``spawn``); its record."""
     args = {**spawn_args(sandbox), "timeout": command.timeout}
     reply = yield from command_call(sandbox, SPAWN, command, args, timeout=CLEANUP_TIMEOUT)
     if reply is None:
         raise errors.SandboxTimeoutError("starting the process timed out")
-    return reply[0]["pid"]
+    return Record(reply[0]["pid"], reply[0]["handle"])
 
 
 def _text_sink(

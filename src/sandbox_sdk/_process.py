@@ -125,27 +125,50 @@ def pieces(order: Order, blobs: list[protocol.Blob]) -> list[tuple[StreamName, b
     return found
 
 
-def spawn_args(sandbox: SandboxCore, pid: int | None = None) -> dict[str, Any]:
-    """Where the sandbox keeps its process records (and which one): its own
-    directory in the scratch directory, named by a digest of its id."""
+#: Linux's largest ``pid_max`` (``PID_MAX_LIMIT``): every pid is below it.
+PID_LIMIT = 4_194_304
+
+
+def check_pid(pid: object) -> int:
+    """``pid`` if it can be a process's id (an ``int``, not a ``bool``, from 1
+    to ``PID_LIMIT - 1``); any other value is an ``InvalidArgumentError``."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < PID_LIMIT:
+        raise errors.InvalidArgumentError(f"pid must be an int from 1 to {PID_LIMIT - 1}, not {pid!r}")
+    return pid
+
+
+def spawn_args(sandbox: SandboxCore) -> dict[str, Any]:
+    """Where the sandbox keeps its process records: its own directory in the
+    scratch directory, named by a digest of its id."""
     owner = hashlib.sha256(sandbox.id.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    args: dict[str, Any] = {"scratch": protocol.encode_path(sandbox.scratch_dir), "owner": owner}
-    if pid is not None:
-        args["pid"] = check_int("pid", pid, 1)
-    return args
+    return {"scratch": protocol.encode_path(sandbox.scratch_dir), "owner": owner}
+
+
+@dataclass(frozen=True)
+class Record:
+    """Which record of the sandbox's is a process's: its ``pid`` and the
+    ``handle`` (128 random bits, in hex) its ``start`` got back, which names
+    the record; ``remote/proc.py`` serves a record only for that pid."""
+
+    pid: int
+    handle: str
+
+    def args(self, sandbox: SandboxCore) -> dict[str, Any]:
+        return {**spawn_args(sandbox), "pid": self.pid, "handle": self.handle}
 
 
 class Follower:
     """Long polls of one detached process, with the adaptive linger (see the module docstring)."""
 
-    def __init__(self, sandbox: SandboxCore, pid: int) -> None:
+    def __init__(self, sandbox: SandboxCore, record: Record) -> None:
         self.sandbox = sandbox
-        self.pid = pid
+        self.record = record
+        self.pid = record.pid
         self.linger = sandbox.process_linger_min
 
     def poll(self, since: int, wait: float) -> Operation[tuple[FollowReply, list[protocol.Blob]]]:
         args = {
-            **spawn_args(self.sandbox, self.pid),
+            **self.record.args(self.sandbox),
             "since": since,
             "wait": wait,
             "linger": self.linger,
@@ -184,34 +207,34 @@ class Follower:
                 raise errors.SandboxTimeoutError(f"process {self.pid} is still running")
 
 
-def signal_group(sandbox: SandboxCore, pid: int, number: int) -> Operation[int | None]:
+def signal_group(sandbox: SandboxCore, record: Record, number: int) -> Operation[int | None]:
     """Send ``number`` to the process's group; SIGTERM escalates to SIGKILL
     after ``KILL_GRACE``, and a kill waits for the recorded exit. The exit
     status, if recorded."""
     kills = number in (SIGTERM, SIGKILL)
     args = {
-        **spawn_args(sandbox, pid),
+        **record.args(sandbox),
         "signal": check_int("signal", number, 1),
         "grace": KILL_GRACE if number == SIGTERM else 0,
         "settle": KILL_SETTLE if kills else 0,
     }
     timeout = KILL_GRACE + KILL_SETTLE + CLEANUP_TIMEOUT
-    value, _ = yield from SIGNAL(args, what=f"signal process {pid}", timeout=timeout)
+    value, _ = yield from SIGNAL(args, what=f"signal process {record.pid}", timeout=timeout)
     return value["exit_code"]
 
 
-def end_quietly(sandbox: SandboxCore, pid: int) -> Operation[None]:
+def end_quietly(sandbox: SandboxCore, record: Record) -> Operation[None]:
     """Kill a process that its caller gave up on, and remove its record."""
     try:
-        yield from signal_group(sandbox, pid, SIGKILL)
-        yield from forget(sandbox, pid)
+        yield from signal_group(sandbox, record, SIGKILL)
+        yield from forget(sandbox, record)
     except errors.SandboxError:
         pass  # the interruption is what the caller hears about
 
 
-def forget(sandbox: SandboxCore, pid: int) -> Operation[None]:
-    what = f"remove the record of process {pid}"
-    yield from FORGET(spawn_args(sandbox, pid), what=what, timeout=CLEANUP_TIMEOUT)
+def forget(sandbox: SandboxCore, record: Record) -> Operation[None]:
+    what = f"remove the record of process {record.pid}"
+    yield from FORGET(record.args(sandbox), what=what, timeout=CLEANUP_TIMEOUT)
 
 
 def process_info(entry: ProcessEntry) -> ProcessInfo:
@@ -225,19 +248,33 @@ def process_info(entry: ProcessEntry) -> ProcessInfo:
     )
 
 
-def list_processes(sandbox: SandboxCore, pid: int | None = None) -> Operation[list[ProcessInfo]]:
-    value, _ = yield from PROCESSES(spawn_args(sandbox, pid), what="list processes", timeout=CLEANUP_TIMEOUT)
+def list_processes(sandbox: SandboxCore) -> Operation[list[ProcessInfo]]:
+    value, _ = yield from PROCESSES(spawn_args(sandbox), what="list processes", timeout=CLEANUP_TIMEOUT)
     return [process_info(entry) for entry in value["processes"]]
+
+
+def find_process(sandbox: SandboxCore, pid: object) -> Operation[ProcessEntry]:
+    """The newest record of process ``pid`` that vouches for it (see
+    ``remote/proc.py``'s ``vouched``); ``ProcessNotFoundError`` if none does."""
+    args = {**spawn_args(sandbox), "pid": check_pid(pid)}
+    value, _ = yield from PROCESSES(args, what=f"find process {pid}", timeout=CLEANUP_TIMEOUT)
+    return value["processes"][-1]
 
 
 class ProcessOperations:
     """A background command in a sandbox (see ``BaseSandbox.start``): the
     operations of :class:`~sandbox_sdk.process.Process`, one declaration each."""
 
-    def __init__(self, sandbox: SandboxCore, pid: int, command: str) -> None:
+    def __init__(self, sandbox: SandboxCore, pid: int, command: str, handle: str) -> None:
         self.sandbox = sandbox
         self.pid = pid
         self.command = command
+        #: The name of the process's record in the sandbox (128 random bits, in
+        #: hex): what this object reads and signals through, so a record
+        #: planted beside it, or a later process given the same pid, is never
+        #: taken for it.
+        self.handle = handle
+        self._record = Record(pid, handle)
 
     def __repr__(self) -> str:
         return f"Process(pid={self.pid}, command={self.command!r}, sandbox={self.sandbox.id!r})"
@@ -250,14 +287,15 @@ class ProcessOperations:
 
     def _op_poll(self) -> Operation[int | None]:
         """The exit status once the process has ended, else ``None``."""
-        (info,) = yield from list_processes(self.sandbox, self.pid)
-        return info.exit_code
+        args = self._record.args(self.sandbox)
+        value, _ = yield from PROCESSES(args, what=f"poll process {self.pid}", timeout=CLEANUP_TIMEOUT)
+        return value["processes"][0]["exit_code"]
 
     def _op_read(self, since: int = 0) -> Operation[ProcessOutput]:
         """Output written after position ``since`` of the merged stream (what
         the sandbox has now, up to one output's budget); ``next_offset`` is
         where to read on."""
-        follower = Follower(self.sandbox, self.pid)
+        follower = Follower(self.sandbox, self._record)
         value, blobs = yield from follower.poll(check_int("since", since, 0), 0.0)
         return ProcessOutput(
             stdout=bytes(blobs[0]),
@@ -275,11 +313,11 @@ class ProcessOperations:
         running after ``timeout`` seconds (it keeps running)."""
         seconds = check_timeout(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
-        follower = Follower(self.sandbox, self.pid)
+        follower = Follower(self.sandbox, self._record)
         return (yield from follower.to_end(None, deadline, keep=self.sandbox.max_output_bytes))
 
     def _op_kill(self, signal: int = SIGTERM) -> Operation[None]:
         """Send ``signal`` to the process's whole group. With SIGTERM (the
         default) a group still alive after a grace period gets SIGKILL, and
         with either of them this returns once the exit is recorded."""
-        yield from signal_group(self.sandbox, self.pid, signal)
+        yield from signal_group(self.sandbox, self._record, signal)

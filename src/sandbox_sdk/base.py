@@ -151,13 +151,16 @@ class BaseSandbox(SandboxOperations):
 
     def process(self, pid: int) -> Process:
         """Reattach to a background process by its pid, from any client of the
-        sandbox; :class:`~sandbox_sdk.errors.ProcessNotFoundError` if unknown."""
+        sandbox (its newest record, if the pid was reused);
+        :class:`~sandbox_sdk.errors.ProcessNotFoundError` if no process of that
+        pid was started through ``start`` (docs/processes.md)."""
         return self._drive(self._op_process(pid))
 
     async def aprocess(self, pid: int) -> Process:
         """Async twin of :meth:`process`: reattach to a background process by its
-        pid, from any client of the sandbox;
-        :class:`~sandbox_sdk.errors.ProcessNotFoundError` if unknown."""
+        pid, from any client of the sandbox (its newest record, if the pid was
+        reused); :class:`~sandbox_sdk.errors.ProcessNotFoundError` if no process
+        of that pid was started through ``start`` (docs/processes.md)."""
         return await self._adrive(self._op_process(pid))
 
     def ls(self, path: PathArg = ".") -> list[FileInfo]:

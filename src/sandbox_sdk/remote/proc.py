@@ -4,15 +4,26 @@ listed in later ones, from any client.
 - ``spawn``: the command in a session of its own, watched by a supervisor
   that outlives the round trip. The supervisor copies the command's stdout
   and stderr into files of the process's record
-  (``<scratch>/.sbx-processes/<owner>/<pid>/``, ``owner`` a digest of the
-  sandbox's id), notes each switch between the two streams, kills the
-  group at its timeout, and writes the exit status when the command ends.
+  (``<scratch>/.sbx-processes-<euid>/<owner>/<handle>/``, ``owner`` a digest
+  of the sandbox's id, ``handle`` 128 random bits), notes each switch
+  between the two streams, kills the group at its timeout, and writes the
+  exit status when the command ends.
 - ``follow``: a long poll of a record: it returns as soon as there is new
   output (after a short linger that gathers more) or the exit, or after
   ``wait`` seconds, with the output since a position of the merged stream.
 - ``signal``: a signal to the process's group; SIGTERM is followed by
   SIGKILL after ``grace`` seconds if the group still lives.
-- ``processes``: the records (one, with ``pid``); ``forget`` removes one.
+- ``processes``: the records (one, with ``handle``, or those of a ``pid``);
+  ``forget`` removes one.
+
+Records are trusted only as far as the directories holding them: each
+directory is one this user made, checked with ``lstat`` on every use (a
+directory, not a symlink, owned by the effective uid, no permission for
+group or others), so another user of a shared scratch directory can neither
+make one in advance nor plant anything in it; one that fails the check is
+refused, never followed. Files in them are opened with ``O_NOFOLLOW``, new
+ones with ``O_EXCL``. A signal goes only to a process the record vouches
+for now (see ``vouched``).
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ if TYPE_CHECKING:
 
     class SpawnReply(TypedDict):
         pid: int
+        handle: str  # the record's name: 128 random bits, in hex
 
     class FollowReply(TypedDict):
         next: int  # position in the merged output after what this reply carries
@@ -59,6 +71,7 @@ if TYPE_CHECKING:
 
     class ProcessEntry(TypedDict):
         pid: int
+        handle: str
         command: str  # base64 of the command's bytes
         started: float
         running: bool  # false once it ended, or if it is lost (no exit and no supervisor)
@@ -74,8 +87,26 @@ if TYPE_CHECKING:
 
 SIGKILL = 9
 SIGTERM = 15
-#: Where detached processes keep their records, in the scratch directory.
-RECORDS = b".sbx-processes"
+#: Where detached processes keep their records, in the scratch directory: a
+#: directory per user (``%d``: the effective uid), as a shared ``/tmp`` has
+#: several users and each one's directory is private.
+RECORDS = b".sbx-processes-%d"
+#: A record's name, its handle: 128 random bits in lowercase hex.
+HANDLE_DIGITS = 32
+HEX_DIGITS = b"0123456789abcdef"
+#: A private directory's ``st_mode`` under this mask: a directory (``S_IFDIR``
+#: of the type bits ``S_IFMT``), no permission for group or others.
+PRIVATE_MASK = 0o170077
+PRIVATE_DIRECTORY = 0o040000
+#: Added to the flags of every open of a record's files: never through a symlink.
+NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+#: Where ``/proc/<pid>/stat``'s fields 4 (the parent) and 22 (the start
+#: time) are among the fields after the command's name.
+PARENT_FIELD = 1
+START_FIELD = 19
+#: Seconds a record whose process has just ended is given for its
+#: supervisor to record the exit (it does so as soon as it reaps the process).
+ENDING_SECONDS = 5.0
 #: A switch between the streams in a record's ``order`` file: the stream
 #: that starts, and how many bytes each stream had before it.
 SWITCH = b"%d %015d %015d\n"
@@ -84,55 +115,117 @@ SWITCH_BYTES = 34
 TICK = 0.01
 
 
+def private(path: bytes, make: bool = False) -> bytes:
+    """``path``, once ``lstat`` shows a directory of this user's that no one
+    else may enter (made first, mode 0700, if ``make``). Anything else there
+    (a symlink, a directory another user made in advance, one others may
+    write in) is refused and never used: what another user controls could
+    redirect the records' writes or stand in for their contents."""
+    if make:
+        try:  # noqa: SIM105 - contextlib would cost every round trip an import
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+    st = os.lstat(path)
+    euid = os.geteuid()
+    if st.st_mode & PRIVATE_MASK != PRIVATE_DIRECTORY or st.st_uid != euid:
+        raise Fail(
+            "PERMISSION_DENIED",
+            "%s is not a private directory of uid %d (owner %d, mode %o), so it is not used: remove it"
+            % (os.fsdecode(path), euid, st.st_uid, st.st_mode),
+            path,
+        )
+    return path
+
+
 def records(args: Args) -> bytes:
     """The sandbox's records: one directory per sandbox id (``owner``), as
     sandboxes may share a scratch directory (the local provider's ``/tmp``)."""
     owner = str(args["owner"])
     if not owner.isalnum():
         raise Fail("INVALID_ARGUMENT", "malformed owner %r" % owner)
-    root = os.path.join(os.path.abspath(unb64(args["scratch"])), RECORDS, owner.encode("ascii"))
-    os.makedirs(root, 0o700, exist_ok=True)
-    return root
+    scratch = os.path.abspath(unb64(args["scratch"]))
+    root = private(os.path.join(scratch, RECORDS % os.geteuid()), make=True)
+    return private(os.path.join(root, owner.encode("ascii")), make=True)
+
+
+def is_handle(name: bytes) -> bool:
+    return len(name) == HANDLE_DIGITS and not name.strip(HEX_DIGITS)
 
 
 def record(args: Args) -> bytes:
-    path = os.path.join(records(args), b"%d" % int(args["pid"]))
-    if not os.path.isdir(path):
-        raise Fail("NO_PROCESS", "no process %d is known in this sandbox" % int(args["pid"]))
-    return path
-
-
-def write_atomically(path: bytes, data: bytes) -> None:
-    temporary = path + b".new"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    """The record of ``args``' ``handle``, checked (see ``private``)."""
+    handle = str(args["handle"]).encode("ascii", "replace")
+    if not is_handle(handle):
+        raise Fail("INVALID_ARGUMENT", "malformed process handle %r" % args["handle"])
     try:
-        os.write(fd, data)
+        return private(os.path.join(records(args), handle))
+    except FileNotFoundError:
+        raise unknown(int(args["pid"])) from None
+
+
+def unknown(pid: int) -> Fail:
+    return Fail("NO_PROCESS", "no process %d started through this API is known in this sandbox" % pid)
+
+
+def open_in(path: bytes, name: bytes, flags: int = os.O_RDONLY) -> int:
+    """A file of record ``path``, never through a symlink (new files: mode 0600)."""
+    return os.open(os.path.join(path, name), flags | NOFOLLOW, 0o600)
+
+
+def write_atomically(path: bytes, name: bytes, data: bytes) -> None:
+    """File ``name`` of record ``path`` with ``data``: a new file (``O_EXCL``:
+    nothing already there is reused) renamed into place, all of it or none."""
+    temporary = name + b".new"
+    fd = open_in(path, temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        write_all(fd, data)
     finally:
         os.close(fd)
-    os.rename(temporary, path)
+    os.rename(os.path.join(path, temporary), os.path.join(path, name))
 
 
-def read_json(path: bytes) -> Any:
-    """The JSON in ``path``, or ``None`` if there is no such file."""
+def read_json(path: bytes, name: bytes) -> Any:
+    """The JSON in file ``name`` of record ``path``, or ``None`` if there is no such file."""
     try:
-        with open(path, "rb") as f:
-            return json_loads(f.read())
+        fd = open_in(path, name)
     except FileNotFoundError:
         return None
+    try:
+        chunks = []
+        while True:
+            data = os.read(fd, 65536)
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(fd)
+    return json_loads(b"".join(chunks))
+
+
+def meta_of(path: bytes, pid: int) -> Any:
+    """Record ``path``'s ``meta``, which its supervisor wrote before the
+    client heard of the record; it must be of process ``pid``."""
+    meta = read_json(path, b"meta")
+    if not isinstance(meta, dict) or meta.get("pid") != pid:
+        raise unknown(pid)
+    return meta
 
 
 def remove_record(path: bytes) -> None:
     import shutil
 
-    shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(path, ignore_errors=True)  # removes no symlink's target
 
 
 def sweep(root: bytes) -> None:
     """Remove the records of processes that ended more than a day ago."""
     cutoff = time.time() - STALE_SECONDS
     for name in os.listdir(root):
+        if not is_handle(name):
+            continue
         try:
-            ended = os.stat(os.path.join(root, name, b"status")).st_mtime
+            ended = os.lstat(os.path.join(root, name, b"status")).st_mtime
         except OSError:
             continue
         if ended < cutoff:
@@ -142,6 +235,19 @@ def sweep(root: bytes) -> None:
 def spawn(args: Args, blobs: Blobs) -> Tuple[SpawnReply, Blobs]:
     root = records(args)
     sweep(root)
+    handle = os.urandom(HANDLE_DIGITS // 2).hex()
+    path = os.path.join(root, handle.encode("ascii"))
+    os.mkdir(path, 0o700)
+    try:
+        pid = start_supervisor(path, args, blobs)
+    except BaseException:
+        remove_record(path)
+        raise
+    return {"pid": pid, "handle": handle}, []
+
+
+def start_supervisor(path: bytes, args: Args, blobs: Blobs) -> int:
+    """Start the supervisor of record ``path``; the command's pid once it runs."""
     program, env, stdin = prepare(args, blobs)
     ready_r, ready_w = os.pipe()
     supervisor = os.fork()
@@ -150,7 +256,7 @@ def spawn(args: Args, blobs: Blobs) -> Tuple[SpawnReply, Blobs]:
             os.close(ready_r)
             os.setsid()
             to_null(0, 1, 2)
-            supervise(root, program, env, stdin, ready_w, args)
+            supervise(path, program, env, stdin, ready_w, args)
         finally:
             os._exit(0)
     os.close(ready_w)
@@ -164,27 +270,33 @@ def spawn(args: Args, blobs: Blobs) -> Tuple[SpawnReply, Blobs]:
     if not answer.isdigit():
         code, _, message = answer.decode("utf-8", "replace").partition(" ")
         raise Fail(code, message) if code in EXIT else Fail("NOT_FOUND", "the supervisor did not start")
-    return {"pid": int(answer)}, []
+    return int(answer)
 
 
 def supervise(
-    root: bytes, program: Program, env: Dict[bytes, bytes], stdin: int, ready: int, args: Args
+    path: bytes, program: Program, env: Dict[bytes, bytes], stdin: int, ready: int, args: Args
 ) -> None:
-    """The supervisor of a detached command (see the module docstring)."""
+    """The supervisor of a detached command (see the module docstring). Its
+    record's ``meta`` says which process it started: the pid and start time
+    of the command and of the supervisor (see ``vouched``)."""
     try:
+        hold_lock(path)
+        files = [open_in(path, name, os.O_WRONLY | os.O_CREAT | os.O_EXCL) for name in FILES]
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         wake = child_wakeups()
         pid = launch(program, env, [stdin, out_w, err_w], 0)
         for fd in (stdin, out_w, err_w):
             os.close(fd)
-        path = os.path.join(root, b"%d" % pid)
-        remove_record(path)  # a record of an earlier process that had this pid
-        os.mkdir(path, 0o700)
-        hold_lock(path)
-        meta = {"command": b64(shown(program)), "started": time.time()}
-        write_atomically(os.path.join(path, b"meta"), json_dumps(meta).encode("ascii"))
-        files = [os.open(os.path.join(path, name), os.O_WRONLY | os.O_CREAT, 0o600) for name in FILES]
+        meta = {
+            "command": b64(shown(program)),
+            "started": time.time(),
+            "pid": pid,
+            "start": start_time(pid),
+            "supervisor": os.getpid(),
+            "supervisor_start": start_time(os.getpid()),
+        }
+        write_atomically(path, b"meta", json_dumps(meta).encode("ascii"))
     except Fail as exc:  # told to the client as its code, which the client raises
         os.write(ready, ("%s %s" % (exc.code, exc.message)).encode("utf-8", "replace"))
         return
@@ -204,7 +316,7 @@ def supervise(
         totals[stream] += len(data)
     code = pumps.finish(pid)
     status = {"exit_code": code, "timed_out": pumps.timed_out}
-    write_atomically(os.path.join(path, b"status"), json_dumps(status).encode("ascii"))
+    write_atomically(path, b"status", json_dumps(status).encode("ascii"))
 
 
 #: The files of a record that the supervisor writes as output arrives.
@@ -215,7 +327,7 @@ class Output:
     """A snapshot of a record's output: the switches, and how far each stream got."""
 
     def __init__(self, path: bytes) -> None:
-        self.fds = [os.open(os.path.join(path, name), os.O_RDONLY) for name in FILES]
+        self.fds = [open_in(path, name) for name in FILES]
         self.switches = os.fstat(self.fds[2]).st_size // SWITCH_BYTES
         sizes = [os.fstat(fd).st_size for fd in self.fds[:2]]
         if self.switches:
@@ -277,14 +389,14 @@ def hold_lock(path: bytes) -> None:
     status has lost its supervisor (killed, or the sandbox ended it)."""
     import fcntl
 
-    fcntl.flock(os.open(os.path.join(path, b"lock"), os.O_RDWR | os.O_CREAT, 0o600), fcntl.LOCK_EX)
+    fcntl.flock(open_in(path, b"lock", os.O_RDWR | os.O_CREAT | os.O_EXCL), fcntl.LOCK_EX)
 
 
 def supervised(path: bytes) -> bool:
     import fcntl
 
     try:
-        fd = os.open(os.path.join(path, b"lock"), os.O_RDONLY)
+        fd = open_in(path, b"lock")
     except FileNotFoundError:
         return False
     try:
@@ -296,14 +408,101 @@ def supervised(path: bytes) -> bool:
     return False
 
 
+def stat_fields(pid: int) -> Optional[List[bytes]]:
+    """The fields of ``/proc/<pid>/stat`` after the command's name (which
+    may hold anything), or ``None`` if no such process is to be seen."""
+    try:
+        fd = os.open(b"/proc/%d/stat" % pid, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4096).rpartition(b")")[2].split()
+    finally:
+        os.close(fd)
+
+
+def start_time(pid: int) -> Optional[int]:
+    """When process ``pid`` started, in clock ticks since boot: with the pid,
+    it names one process, where a pid alone may be reused."""
+    fields = stat_fields(pid)
+    return None if fields is None else int(fields[START_FIELD])
+
+
+def vouched(path: bytes, meta: Any) -> bool:
+    """Whether record ``path`` is, now, of the process its ``meta`` names:
+    that pid has the recorded start time (it was not reused), its parent is
+    the recorded supervisor (pid and start time), and that supervisor holds
+    this record's lock. Only the process that starts another is its parent,
+    so a record planted for a process started in some other way names a
+    parent that does not hold the record's lock (unless the planter made it
+    so, and then the planter started the process itself): nothing is
+    signalled through such a record, and it is not reattached to."""
+    try:
+        command = stat_fields(int(meta["pid"]))
+        supervisor = stat_fields(int(meta["supervisor"]))
+        return not (
+            command is None
+            or supervisor is None
+            or int(command[START_FIELD]) != meta["start"]
+            or int(command[PARENT_FIELD]) != meta["supervisor"]
+            or int(supervisor[START_FIELD]) != meta["supervisor_start"]
+            or int(meta["supervisor"]) not in lock_holders(path)
+        )
+    except (OSError, LookupError, TypeError, ValueError):
+        return False
+
+
+def lock_holders(path: bytes) -> List[int]:
+    """The pids holding record ``path``'s lock, as ``/proc/locks`` shows them
+    (``<n>: FLOCK ADVISORY WRITE <pid> <major>:<minor>:<inode> ...``; a
+    waiter's line has ``->`` after the number). Anyone may read it, where a
+    look at another process's descriptors (``/proc/<pid>/fd``) needs ptrace
+    access, which a command in another user namespace lacks."""
+    fd = open_in(path, b"lock")
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    lock = b"%02x:%02x:%d" % (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    with open(b"/proc/locks", "rb") as locks:
+        lines = locks.read().splitlines()
+    return [int(f[4]) for f in (line.split() for line in lines) if f[1:2] == [b"FLOCK"] and f[5:6] == [lock]]
+
+
 def status_of(path: bytes) -> Tuple[Any, bool]:
     """The recorded exit (``None`` while running) and whether the process is
     lost: no exit recorded and no supervisor left to record one."""
-    status = read_json(os.path.join(path, b"status"))
+    status = read_json(path, b"status")
     if status is not None or supervised(path):
         return status, False
-    status = read_json(os.path.join(path, b"status"))  # it may have ended just now
+    status = read_json(path, b"status")  # it may have ended just now
     return status, status is None
+
+
+def state_of(path: bytes, meta: Any) -> Tuple[Any, bool]:
+    """``status_of`` for a record that vouches for its process while it runs
+    (see ``vouched`` and ``ended``)."""
+    status, gone = status_of(path)
+    if status is None and not gone and not vouched(path, meta):
+        status = ended(path, meta)
+    return status, gone
+
+
+def ended(path: bytes, meta: Any) -> Any:
+    """The exit of a supervised record that no longer vouches for its process
+    because the process has just ended (its pid is gone or another's), once
+    the supervisor records it; a refusal if the process still runs but not as
+    the record says, or if no exit comes."""
+    pid = int(meta["pid"])
+    if start_time(pid) != meta.get("start") or meta.get("start") is None:
+        status = wait_for(path, ENDING_SECONDS)
+        if status is not None:
+            return status
+    raise Fail(
+        "NO_PROCESS",
+        "process %d was not started through this API (its record does not match it): "
+        "nothing is signalled or read" % pid,
+    )
 
 
 def lost(pid: int) -> Fail:
@@ -316,6 +515,8 @@ def lost(pid: int) -> Fail:
 
 def follow(args: Args, blobs: Blobs) -> Tuple[FollowReply, Blobs]:
     path = record(args)
+    pid = int(args["pid"])
+    state_of(path, meta_of(path, pid))  # a record that does not vouch for its process is not read
     since = int(args["since"])
     now = time.monotonic()
     deadline = now + float(args["wait"])
@@ -325,7 +526,7 @@ def follow(args: Args, blobs: Blobs) -> Tuple[FollowReply, Blobs]:
     while True:
         status, gone = status_of(path)  # before the output: all of it is in by then
         if gone:
-            raise lost(int(args["pid"]))
+            raise lost(pid)
         output = Output(path)
         now = time.monotonic()
         new = output.end - since
@@ -355,16 +556,14 @@ def follow(args: Args, blobs: Blobs) -> Tuple[FollowReply, Blobs]:
     return reply, kept
 
 
-def entry_of(path: bytes, pid: int) -> Optional[ProcessEntry]:
-    meta = read_json(os.path.join(path, b"meta"))
-    if meta is None:
-        return None  # still being set up
-    status, gone = status_of(path)
+def entry_of(path: bytes, meta: Any) -> ProcessEntry:
+    status, gone = state_of(path, meta)
     status = status or {"exit_code": None, "timed_out": False}
     found = {
-        "pid": pid,
+        "pid": int(meta["pid"]),
+        "handle": os.path.basename(path).decode("ascii"),
         "command": meta["command"],
-        "started": meta["started"],
+        "started": float(meta["started"]),
         "running": status["exit_code"] is None and not gone,
         "exit_code": status["exit_code"],
         "timed_out": status["timed_out"],
@@ -373,18 +572,28 @@ def entry_of(path: bytes, pid: int) -> Optional[ProcessEntry]:
 
 
 def processes(args: Args, blobs: Blobs) -> Tuple[ProcessesReply, Blobs]:
-    if args.get("pid") is not None:
-        found = entry_of(record(args), int(args["pid"]))
-        if found is None:
-            raise Fail("NO_PROCESS", "no process %d is known in this sandbox" % int(args["pid"]))
-        return {"processes": [found]}, []
+    """The record of ``handle``; else the records (of ``pid`` only, if given),
+    oldest first, leaving out those still being set up and those that do
+    not vouch for the process they name."""
+    if args.get("handle") is not None:
+        path = record(args)
+        return {"processes": [entry_of(path, meta_of(path, int(args["pid"])))]}, []
     root = records(args)
+    wanted = args.get("pid")
     found_all = []
-    for name in sorted(os.listdir(root), key=lambda n: int(n) if n.isdigit() else -1):
-        if name.isdigit():
-            item = entry_of(os.path.join(root, name), int(name))
-            if item is not None:
-                found_all.append(item)
+    for name in os.listdir(root):
+        if not is_handle(name):
+            continue
+        path = os.path.join(root, name)
+        try:
+            meta = read_json(private(path), b"meta")
+            if isinstance(meta, dict) and wanted in (None, meta.get("pid")):
+                found_all.append(entry_of(path, meta))
+        except (Fail, OSError, LookupError, TypeError, ValueError):
+            continue  # not this user's own, removed meanwhile, or not vouched for
+    found_all.sort(key=lambda entry: (entry["started"], entry["pid"]))
+    if wanted is not None and not found_all:
+        raise unknown(int(wanted))
     return {"processes": found_all}, []
 
 
@@ -392,26 +601,37 @@ def wait_for(path: bytes, seconds: float) -> Any:
     """The status once the supervisor wrote it and the group is gone, or ``None`` after ``seconds``."""
     deadline = time.monotonic() + seconds
     while True:
-        status = read_json(os.path.join(path, b"status"))
+        status = read_json(path, b"status")
         if status is not None or time.monotonic() >= deadline:
             return status
         time.sleep(TICK)
 
 
+def deliver(path: bytes, meta: Any, number: int) -> Any:
+    """Send ``number`` to the record's group if the record vouches for its
+    process; if it has just ended instead, its exit (see ``ended``)."""
+    if vouched(path, meta):
+        kill_group(int(meta["pid"]), number)
+        return None
+    return ended(path, meta)
+
+
 def send_signal(args: Args, blobs: Blobs) -> Tuple[SignalReply, Blobs]:
     path = record(args)
     pid = int(args["pid"])
+    meta = meta_of(path, pid)
     number = int(args["signal"])
     status, gone = status_of(path)
     if gone:
         raise lost(pid)  # its pid may be anyone's by now: nothing is signalled
-    if status is None:  # the group is still the process's: the supervisor kills it before the status
-        kill_group(pid, number)
+    if status is None:
+        status = deliver(path, meta, number)
+    if status is None:
         grace = float(args["grace"])
         if grace > 0:
             status = wait_for(path, grace)
             if status is None:
-                kill_group(pid, SIGKILL)
+                status = deliver(path, meta, SIGKILL)
         if status is None:  # a SIGKILL too waits for the supervisor to record the exit
             status = wait_for(path, float(args["settle"]))
     return {"exit_code": None if status is None else status["exit_code"]}, []
@@ -419,6 +639,7 @@ def send_signal(args: Args, blobs: Blobs) -> Tuple[SignalReply, Blobs]:
 
 def forget(args: Args, blobs: Blobs) -> Tuple[Empty, Blobs]:
     path = record(args)
+    meta_of(path, int(args["pid"]))
     status, gone = status_of(path)
     if status is None and not gone:
         raise Fail("INVALID_ARGUMENT", "process %d is still running" % int(args["pid"]))

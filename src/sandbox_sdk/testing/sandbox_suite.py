@@ -862,8 +862,9 @@ class SandboxConformanceTests(SandboxSuite):
     def test_an_unknown_process_is_refused(self, sandbox: BaseSandbox) -> None:
         with pytest.raises(errors.ProcessNotFoundError):
             sandbox.process(4_194_303)  # above Linux's default pid_max
-        with pytest.raises(errors.InvalidArgumentError):
-            sandbox.process(0)
+        for invalid in (0, -1, None, True, 1.5, "12", 2**64):  # never a round trip with it
+            with pytest.raises(errors.InvalidArgumentError):
+                sandbox.process(invalid)  # type: ignore[arg-type]
 
     def test_background_server_reached_by_later_commands(self, sandbox: BaseSandbox, workdir: str) -> None:
         sandbox.write(self.p(workdir, "hello.txt"), "served\n")
