@@ -50,7 +50,10 @@ class Runner:
     present; ``runner_id`` is the name the runner registers under at a
     coordinator. ``max_output_bytes`` must be the backend's output cap (the
     clients size file operations by it); ``max_concurrent`` bounds the
-    requests in flight on one connection, ``workers`` those of all."""
+    requests in flight on one connection, ``workers`` those of all.
+    A connection holds at most :attr:`max_buffered_bytes` of bodies under
+    way: two commands' worth, as a client sends one body of several chunks
+    at a time (a body of one chunk is whole as it comes)."""
 
     def __init__(
         self,
@@ -75,6 +78,7 @@ class Runner:
             max_concurrent=max_concurrent,
             default_timeout=default_timeout,
         )
+        self.max_buffered_bytes = 2 * max_command_bytes
         self._sessions = itertools.count(1)
 
     # -- sessions ------------------------------------------------------------------

@@ -85,6 +85,19 @@ def is_running(pattern: str) -> bool:
     return subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, check=False).returncode == 0
 
 
+def resident_bytes(pid: int) -> int:
+    """The memory process ``pid`` holds (VmRSS)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    [kib] = [line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")]
+    return int(kib) * 1024
+
+
+def send_request(
+    connection: ClientConnection, request_id: int, op: str, args: dict[str, Any], size: int
+) -> None:
+    connection.send(wire.encode("request", id=request_id, op=op, args=args, size=size))
+
+
 # -- authentication ------------------------------------------------------------------------
 
 
@@ -197,7 +210,61 @@ async def test_32_concurrent_operations_over_one_connection(runner: Service, tok
     assert runner.log().count(": opened") == 1
 
 
+@pytest.mark.parametrize("bad_id", [-1, 2**32, 2**40])
+def test_request_ids_out_of_range_are_refused_and_the_session_goes_on(
+    runner: Service, token: str, bad_id: int
+) -> None:
+    with raw_connection(runner.url, token) as connection:
+        send_request(connection, bad_id, "list", {}, 0)
+        send_request(connection, bad_id, "execute", {"sandbox": "x"}, 5)  # no chunk can carry its body
+        for header in responses(connection, 2):
+            assert header["id"] == bad_id
+            assert header["ok"] is False and header["size"] == 0
+            assert header["error"]["type"] == "InvalidArgumentError"
+            assert "out of range" in header["error"]["message"]
+        send_request(connection, 1, "list", {}, 0)
+        [header] = responses(connection, 1)
+        assert header["id"] == 1 and header["ok"] is True
+    assert "Traceback" not in runner.log()
+
+
+def test_announced_bodies_cost_nothing_and_a_session_buffers_a_bounded_amount(
+    runner: Service, token: str
+) -> None:
+    size = 4 * 1024 * 1024
+    with raw_connection(runner.url, token) as connection:
+        before = resident_bytes(runner.process.pid)
+        for request_id in range(1, 51):  # 200 MiB announced, none sent, all cancelled
+            send_request(connection, request_id, "execute", {"sandbox": "x"}, size)
+            connection.send(wire.encode("cancel", id=request_id))
+        headers = responses(connection, 50)
+        assert {header["error"]["type"] for header in headers} == {wire.CANCELLED}
+        assert resident_bytes(runner.process.pid) - before < 32 * 1024 * 1024
+    with raw_connection(runner.url, token) as connection:  # bodies sent all but their last byte
+        with contextlib.suppress(ConnectionClosed):
+            for request_id in (1, 2, 3):
+                send_request(connection, request_id, "execute", {"sandbox": "x"}, size)
+                for chunk in wire.chunks(request_id, bytes(size - 1)):
+                    connection.send(chunk)
+        assert close_code(connection) == wire.CloseCode.PROTOCOL_ERROR
+    wait_for(lambda: "bytes of bodies under way" in runner.log(), 10, "the runner logged why")
+
+
 # -- cancellation ------------------------------------------------------------------------------
+
+
+def test_requests_cancelled_as_they_are_sent_are_answered_and_free_their_slots(
+    runner: Service, token: str
+) -> None:
+    with raw_connection(runner.url, token) as connection:
+        for request_id in range(1, 101):  # more than max_concurrent (64)
+            send_request(connection, request_id, "list", {}, 0)
+            connection.send(wire.encode("cancel", id=request_id))
+        headers = responses(connection, 100)
+        assert sorted(header["id"] for header in headers) == list(range(1, 101))
+        assert all(header["ok"] or header["error"]["type"] == wire.CANCELLED for header in headers)
+        send_request(connection, 101, "list", {}, 0)
+        assert responses(connection, 1)[0]["ok"] is True
 
 
 @pytest.mark.parametrize("backend_url", ["bwrap_url", "local_url"])
@@ -328,6 +395,21 @@ def test_tls_direct_and_through_the_coordinator(tmp_path: Path, token: str) -> N
     finally:
         for service in (relayed, coordinator, direct):
             service.stop()
+
+
+def test_what_a_client_sends_cannot_forge_log_lines(runner: Service, token: str) -> None:
+    forged = "\nsession 9 (forged): request=1 op=delete sandbox=all"
+    with raw_connection(runner.url, token) as connection:
+        send_request(connection, 1, "get", {"sandbox": "x" + forged}, 0)
+        send_request(connection, 2, "op" + forged, {}, 0)
+        assert [header["ok"] for header in responses(connection, 2)] == [False, False]
+        connection.send(wire.encode("bogus" + forged))
+        assert close_code(connection) == wire.CloseCode.PROTOCOL_ERROR
+    escaped = "\\nsession 9 (forged)"  # on the lines of the requests and of the protocol error
+    wait_for(lambda: runner.log().count(escaped) == 3, 10, "the runner logged all three")
+    log = runner.log()
+    assert not [line for line in log.splitlines() if line.startswith("session 9")]
+    assert "sandbox='x\\nsession 9" in log
 
 
 def test_one_log_line_per_command_without_its_content(runner: Service, token: str) -> None:

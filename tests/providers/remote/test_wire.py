@@ -80,3 +80,28 @@ def test_tokens_are_compared_by_digest() -> None:
         security.token_digest("short")
     assert security.is_loopback("127.0.0.2") and security.is_loopback("[::1]")
     assert not security.is_loopback("example.com") and not security.is_loopback("10.0.0.1")
+
+
+def test_bodies_grow_as_they_come_and_hold_a_bounded_amount() -> None:
+    bodies = wire.Bodies(max_open=2, max_buffered=wire.CHUNK_BYTES + 10)
+    bodies.expect(1, 4 * 1024 * 1024)  # announced, not allocated
+    assert bodies.buffered == 0
+    assert bodies.feed(next(wire.chunks(1, bytes(wire.CHUNK_BYTES)))) is None
+    assert bodies.buffered == wire.CHUNK_BYTES
+    bodies.expect(2, 20)
+    with pytest.raises(wire.ProtocolError, match="bodies under way"):
+        bodies.expect(3, 5)
+    with pytest.raises(wire.ProtocolError, match=f"more than {wire.CHUNK_BYTES + 10} bytes"):
+        bodies.feed(next(wire.chunks(2, bytes(20))))
+    bodies.drop(1)  # cancelled: what it held is freed, the rest of it counted and dropped
+    assert bodies.buffered == 0
+    assert bodies.feed(next(wire.chunks(2, bytes(20)))) == (2, bytearray(20))
+    rest = 4 * 1024 * 1024 - wire.CHUNK_BYTES
+    for chunk in wire.chunks(1, bytes(rest)):
+        done = bodies.feed(chunk)
+    assert done == (1, None)
+    assert bodies.buffered == 0 and 1 not in bodies
+
+
+def test_a_body_less_response_needs_no_id_prefix() -> None:
+    assert list(wire.chunks(2**40, b"")) == []
