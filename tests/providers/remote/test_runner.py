@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -81,8 +82,14 @@ def executed(log: str) -> int:
     return log.count("op=execute")
 
 
+def running(pattern: str) -> list[int]:
+    """The processes whose command line holds ``pattern``."""
+    found = subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, text=True, check=False)
+    return [int(pid) for pid in found.stdout.split()]
+
+
 def is_running(pattern: str) -> bool:
-    return subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, check=False).returncode == 0
+    return bool(running(pattern))
 
 
 def resident_bytes(pid: int) -> int:
@@ -301,6 +308,24 @@ def test_a_call_past_its_deadline_is_cancelled_on_the_runner(
 
 
 # -- failures and reconnection -----------------------------------------------------------------
+
+
+def test_a_runner_killed_mid_command_takes_the_command_along(tmp_path: Path, token: str) -> None:
+    runner = start_runner(tmp_path, token)  # the local backend: no jail to end the command
+    pattern = f"sleep 654.{secrets.randbelow(10**6)}"
+    try:
+        with RemoteProvider(runner.url, token) as provider, ThreadPoolExecutor(1) as pool:
+            sandbox = provider.create()
+            command = pool.submit(sandbox.execute, f"{pattern}; echo finished")
+            wait_for(lambda: is_running(pattern), 15, "the command started")
+            runner.kill()
+            wait_for(lambda: not is_running(pattern), 30, "the command died with the runner")
+            with pytest.raises(errors.ProviderUnavailableError):
+                command.result(timeout=15)
+    finally:
+        for pid in running(pattern):  # only if the test failed
+            os.kill(pid, signal.SIGKILL)
+        runner.stop()
 
 
 @pytest.mark.slow
