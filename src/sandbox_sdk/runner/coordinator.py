@@ -15,6 +15,13 @@ frame is all it reads: every later frame is forwarded as it came, never
 parsed, stored or logged, so file contents and commands pass through it but
 are never looked at. TLS protects them on each hop; the coordinator itself
 sees them in memory while relaying (see docs/remote.md).
+
+A connection that has not authenticated is on a deadline, as at the
+runner: :data:`~sandbox_sdk.runner.wire.HELLO_TIMEOUT` to become a
+WebSocket (served by :func:`serve_coordinator`; another ASGI server sets its
+own), then as long again for its hello; and at most
+:data:`MAX_UNAUTHENTICATED` connections wait in each of the two steps, so
+silent or trickling connections cannot pile up.
 """
 
 from __future__ import annotations
@@ -28,10 +35,12 @@ import socket
 import ssl
 from collections.abc import Mapping
 
+import h11
 import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from sandbox_sdk.runner import security, wire
 from sandbox_sdk.runner.service import Announce
@@ -43,6 +52,9 @@ log = logging.getLogger("sandbox_sdk.runner.coordinator")
 SESSION_OPEN_TIMEOUT = 10.0
 #: Close codes that say "no close frame" and cannot be sent on.
 UNSENDABLE_CODES = frozenset({1005, 1006, 1015})
+#: Connections waiting to become WebSockets, and WebSockets waiting for
+#: their hello: at most this many of each; more are refused at once.
+MAX_UNAUTHENTICATED = 128
 #: Compared against for unknown runner ids, so they cost what known ones do.
 _NO_RUNNER = hashlib.sha256(secrets.token_bytes(32)).digest()
 
@@ -63,6 +75,7 @@ class Coordinator:
     def __init__(self, tokens: Mapping[str, str]) -> None:
         self._digests = {runner_id: security.token_digest(token) for runner_id, token in tokens.items()}
         self._runners: dict[str, _Registration] = {}
+        self._unauthenticated = 0
         self.app = Starlette(
             routes=[
                 WebSocketRoute("/runner/{runner_id}", self._runner),
@@ -74,13 +87,22 @@ class Coordinator:
     async def _hello(self, websocket: WebSocket, runner_id: str, who: str) -> str | None:
         """The connection's hello if it carries ``runner_id``'s token; otherwise
         the connection is closed (unknown ids are refused the same way)."""
-        await websocket.accept()
+        if self._unauthenticated >= MAX_UNAUTHENTICATED:
+            log.warning(
+                "%s %r refused: %d connections await their hello", who, runner_id, MAX_UNAUTHENTICATED
+            )
+            await _close(websocket, CloseCode.TRY_AGAIN_LATER, "too many connections awaiting their hello")
+            return None
+        self._unauthenticated += 1
         try:
+            await websocket.accept()
             message = await asyncio.wait_for(websocket.receive(), wire.HELLO_TIMEOUT)
             text = message.get("text")
             hello = wire.decode(text if text is not None else message.get("bytes") or b"")
         except (TimeoutError, wire.ProtocolError):
             hello = {"type": "nothing"}
+        finally:
+            self._unauthenticated -= 1
         digest = self._digests.get(runner_id, _NO_RUNNER)
         if hello["type"] != "hello" or not security.token_matches(hello.get("token"), digest):
             log.warning("%s %r refused: no valid token", who, runner_id)
@@ -195,6 +217,7 @@ async def serve_coordinator(
     listener = _listening_socket(host, port)
     config = uvicorn.Config(
         coordinator.app,
+        http=_deadline_protocol(MAX_UNAUTHENTICATED, wire.HELLO_TIMEOUT),
         ws="websockets-sansio",
         ws_max_size=wire.MAX_FRAME_BYTES,
         ws_ping_interval=wire.PING_INTERVAL,
@@ -208,6 +231,51 @@ async def serve_coordinator(
     )
     ready(f"listening on {'wss' if tls else 'ws'}://{host}:{listener.getsockname()[1]}")
     await uvicorn.Server(config).serve(sockets=[listener])
+
+
+def _deadline_protocol(limit: int, seconds: float) -> type[H11Protocol]:
+    """uvicorn's HTTP protocol, with what ``websockets`` gives the runner
+    (its ``open_timeout``): a connection not upgraded to a WebSocket within
+    ``seconds`` is dropped (uvicorn itself waits for a request forever), and
+    at most ``limit`` connections wait so; more are dropped at once."""
+    waiting: set[H11Protocol] = set()
+
+    class DeadlineProtocol(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(waiting) >= limit:
+                log.warning(
+                    "connection from %s dropped: %d connections are in their handshake", self.client, limit
+                )
+                transport.abort()
+                return
+            waiting.add(self)
+            self._deadline = asyncio.get_running_loop().call_later(seconds, self._expire)
+
+        def _expire(self) -> None:
+            if self in waiting:
+                log.warning(
+                    "connection from %s dropped: no WebSocket handshake within %.0f s", self.client, seconds
+                )
+                self._settle()
+                self.transport.abort()
+
+        def _settle(self) -> None:
+            waiting.discard(self)
+            if self._deadline is not None:
+                self._deadline.cancel()
+
+        def handle_websocket_upgrade(self, event: h11.Request) -> None:
+            self._settle()
+            super().handle_websocket_upgrade(event)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._settle()
+            super().connection_lost(exc)
+
+    return DeadlineProtocol
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:

@@ -8,6 +8,7 @@ import contextlib
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from sandbox_sdk import errors
 from sandbox_sdk.providers.remote import RemoteProvider
 from sandbox_sdk.providers.remote import sandbox as remote_sandbox
 from sandbox_sdk.runner import wire
+from sandbox_sdk.runner.coordinator import MAX_UNAUTHENTICATED
 from tests.providers.remote.support import (
     Service,
     self_signed_certificate,
@@ -146,6 +148,69 @@ def test_wrong_tokens_at_the_coordinator(tmp_path: Path, token: str) -> None:
     finally:
         coordinator.stop()
     assert coordinator.log().count("refused: no valid token") == 3
+
+
+#: A WebSocket handshake's request, by hand.
+UPGRADE = (
+    b"GET /client/laptop HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+def test_the_coordinator_drops_connections_that_do_not_authenticate(tmp_path: Path, token: str) -> None:
+    """Silent TCP connections (more than the coordinator keeps), ones
+    trickling an HTTP request, and silent WebSockets: all dropped in time."""
+    coordinator = start_coordinator(tmp_path, {"laptop": token})
+    connections: list[socket.socket] = []
+    try:
+
+        def connect() -> socket.socket:
+            return socket.create_connection(("127.0.0.1", coordinator.port))
+
+        upgraded = [connect() for _ in range(4)]
+        for connection in upgraded:
+            connection.sendall(UPGRADE)
+        trickling = [connect() for _ in range(4)]
+        for connection in trickling:
+            connection.sendall(b"GET /client/laptop HTTP/1.1\r\n")
+        silent = [connect() for _ in range(MAX_UNAUTHENTICATED + 8)]
+        connections = upgraded + trickling + silent
+        for connection in connections:
+            connection.setblocking(False)
+
+        def all_closed() -> bool:
+            for connection in trickling:
+                with contextlib.suppress(OSError):
+                    connection.send(b"X")  # one byte of a header at a time, never its end
+            return all(is_closed(connection) for connection in connections)
+
+        wait_for(all_closed, 60, "the coordinator dropped every unauthenticated connection")
+        log = coordinator.log()
+        assert "connections are in their handshake" in log
+        assert "no WebSocket handshake within" in log
+        assert "refused: no valid token" in log  # the upgraded ones, at their hello's deadline
+        runner = start_runner(tmp_path, token, connect=f"{coordinator.url}/runner/laptop")
+        try:
+            with RemoteProvider(f"{coordinator.url}/client/laptop", token) as provider:
+                assert provider.list(labels={"none": "such"}).items == []
+        finally:
+            runner.stop()
+    finally:
+        for connection in connections:
+            connection.close()
+        coordinator.stop()
+
+
+def is_closed(connection: socket.socket) -> bool:
+    """Whether the peer closed ``connection`` (a non-blocking socket); what it sent is read and dropped."""
+    try:
+        while connection.recv(65536):
+            pass
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 # -- limits ------------------------------------------------------------------------------------
