@@ -9,8 +9,10 @@ runners with clients by runner id and relays their frames.
 - ``/client/{runner_id}``: a client; once paired, its frames go to the
   runner's session connection and back.
 
-Every connection starts with a ``hello`` carrying the runner's token, which
-the coordinator checks (and the runner checks again for a client). That
+Every connection starts with a ``hello`` carrying a token, which the
+coordinator checks: the runner token on the runner's connections, the client
+token on a client's (which the runner checks again). So a client cannot
+register as the runner, even while the runner is away. That
 frame is all it reads: every later frame is forwarded as it came, never
 parsed, stored or logged, so file contents and commands pass through it but
 are never looked at. TLS protects them on each hop; the coordinator itself
@@ -70,10 +72,15 @@ class _Registration:
 
 
 class Coordinator:
-    """Pairs runners with clients; ``tokens`` maps each runner id to its token."""
+    """Pairs runners with clients; ``tokens`` maps each runner id to its tokens."""
 
-    def __init__(self, tokens: Mapping[str, str]) -> None:
-        self._digests = {runner_id: security.token_digest(token) for runner_id, token in tokens.items()}
+    def __init__(self, tokens: Mapping[str, security.RunnerTokens]) -> None:
+        for pair in tokens.values():
+            pair.check()
+        self._digests = {
+            runner_id: (security.token_digest(pair.runner), security.token_digest(pair.client))
+            for runner_id, pair in tokens.items()
+        }
         self._runners: dict[str, _Registration] = {}
         self._unauthenticated = 0
         self.app = Starlette(
@@ -84,9 +91,12 @@ class Coordinator:
             ]
         )
 
-    async def _hello(self, websocket: WebSocket, runner_id: str, who: str) -> str | None:
-        """The connection's hello if it carries ``runner_id``'s token; otherwise
-        the connection is closed (unknown ids are refused the same way)."""
+    async def _hello(
+        self, websocket: WebSocket, runner_id: str, who: str, *, client: bool = False
+    ) -> str | None:
+        """The connection's hello if it carries ``runner_id``'s client token
+        (``client``) or runner token; otherwise the connection is closed
+        (unknown ids are refused the same way)."""
         if self._unauthenticated >= MAX_UNAUTHENTICATED:
             log.warning(
                 "%s %r refused: %d connections await their hello", who, runner_id, MAX_UNAUTHENTICATED
@@ -103,7 +113,8 @@ class Coordinator:
             hello = {"type": "nothing"}
         finally:
             self._unauthenticated -= 1
-        digest = self._digests.get(runner_id, _NO_RUNNER)
+        runner_digest, client_digest = self._digests.get(runner_id, (_NO_RUNNER, _NO_RUNNER))
+        digest = client_digest if client else runner_digest
         if hello["type"] != "hello" or not security.token_matches(hello.get("token"), digest):
             log.warning("%s %r refused: no valid token", who, runner_id)
             await _close(websocket, CloseCode.UNAUTHORIZED, "unauthorized")
@@ -148,7 +159,7 @@ class Coordinator:
 
     async def _client(self, websocket: WebSocket) -> None:
         runner_id = websocket.path_params["runner_id"]
-        hello = await self._hello(websocket, runner_id, "client of runner")
+        hello = await self._hello(websocket, runner_id, "client of runner", client=True)
         if hello is None:
             return
         registration = self._runners.get(runner_id)

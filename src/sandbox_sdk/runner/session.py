@@ -65,7 +65,7 @@ class Session:
             log.info("%s: closed (%s)", self._name, self._ws.close_code)
 
     async def _authenticate(self) -> bool:
-        """Nothing but a ``hello`` with the runner's token opens a session."""
+        """Nothing but a ``hello`` with the client token opens a session."""
         try:
             hello = wire.decode(await asyncio.wait_for(self._ws.recv(), wire.HELLO_TIMEOUT))
         except wire.ProtocolError as exc:

@@ -26,8 +26,10 @@ from sandbox_sdk.providers.remote import RemoteProvider
 from sandbox_sdk.providers.remote import sandbox as remote_sandbox
 from sandbox_sdk.runner import wire
 from sandbox_sdk.runner.coordinator import MAX_UNAUTHENTICATED
+from sandbox_sdk.runner.security import RunnerTokens
 from tests.providers.remote.support import (
     Service,
+    new_token,
     self_signed_certificate,
     start_coordinator,
     start_runner,
@@ -129,25 +131,29 @@ def test_nothing_runs_before_authentication(runner: Service, token: str, tmp_pat
     assert runner.log().count("refused: no valid token") == 3
 
 
-def test_wrong_tokens_at_the_coordinator(tmp_path: Path, token: str) -> None:
-    coordinator = start_coordinator(tmp_path, {"laptop": token})
+def test_wrong_tokens_at_the_coordinator(tmp_path: Path, token: str, runner_token: str) -> None:
+    coordinator = start_coordinator(tmp_path, {"laptop": RunnerTokens(runner_token, token)})
+    laptop = f"{coordinator.url}/runner/laptop"
     try:
-        impostor = start_runner(
-            tmp_path, "not-the-runner-token", connect=f"{coordinator.url}/runner/laptop", wait=False
-        )
-        assert impostor.process.wait(30) == 2
-        assert "refused this runner's token" in impostor.log()
-        runner = start_runner(tmp_path, token, connect=f"{coordinator.url}/runner/laptop")
+        # Nor a stranger nor a client (it holds the client token) registers as the runner while it is away.
+        for wrong in ("not-the-runner-token", token):
+            impostor = start_runner(tmp_path, new_token(), runner_token=wrong, connect=laptop, wait=False)
+            assert impostor.process.wait(30) == 2
+            assert "refused this runner's token" in impostor.log()
+        same = start_runner(tmp_path, token, runner_token=token, connect=laptop, wait=False)
+        assert same.process.wait(30) == 2
+        assert "must differ" in same.log()
+        runner = start_runner(tmp_path, token, runner_token=runner_token, connect=laptop)
         for url in (f"{coordinator.url}/client/laptop", f"{coordinator.url}/client/unknown-runner"):
-            with (
-                RemoteProvider(url, "a-wrong-token-of-some-length") as provider,
-                pytest.raises(errors.AuthenticationError),
-            ):
-                provider.list()
+            for wrong in ("a-wrong-token-of-some-length", runner_token):
+                with RemoteProvider(url, wrong) as provider, pytest.raises(errors.AuthenticationError):
+                    provider.list()
+        with RemoteProvider(f"{coordinator.url}/client/laptop", token) as provider:
+            assert provider.list(labels={"none": "such"}).items == []
         runner.stop()
     finally:
         coordinator.stop()
-    assert coordinator.log().count("refused: no valid token") == 3
+    assert coordinator.log().count("refused: no valid token") == 6
 
 
 #: A WebSocket handshake's request, by hand.
@@ -157,10 +163,12 @@ UPGRADE = (
 )
 
 
-def test_the_coordinator_drops_connections_that_do_not_authenticate(tmp_path: Path, token: str) -> None:
+def test_the_coordinator_drops_connections_that_do_not_authenticate(
+    tmp_path: Path, token: str, runner_token: str
+) -> None:
     """Silent TCP connections (more than the coordinator keeps), ones
     trickling an HTTP request, and silent WebSockets: all dropped in time."""
-    coordinator = start_coordinator(tmp_path, {"laptop": token})
+    coordinator = start_coordinator(tmp_path, {"laptop": RunnerTokens(runner_token, token)})
     connections: list[socket.socket] = []
     try:
 
@@ -189,7 +197,9 @@ def test_the_coordinator_drops_connections_that_do_not_authenticate(tmp_path: Pa
         assert "connections are in their handshake" in log
         assert "no WebSocket handshake within" in log
         assert "refused: no valid token" in log  # the upgraded ones, at their hello's deadline
-        runner = start_runner(tmp_path, token, connect=f"{coordinator.url}/runner/laptop")
+        runner = start_runner(
+            tmp_path, token, runner_token=runner_token, connect=f"{coordinator.url}/runner/laptop"
+        )
         try:
             with RemoteProvider(f"{coordinator.url}/client/laptop", token) as provider:
                 assert provider.list(labels={"none": "such"}).items == []
@@ -216,9 +226,11 @@ def is_closed(connection: socket.socket) -> bool:
 # -- limits ------------------------------------------------------------------------------------
 
 
-def test_an_oversized_frame_closes_the_connection(tmp_path: Path, token: str) -> None:
-    coordinator = start_coordinator(tmp_path, {"laptop": token})
-    runner = start_runner(tmp_path, token, connect=f"{coordinator.url}/runner/laptop")
+def test_an_oversized_frame_closes_the_connection(tmp_path: Path, token: str, runner_token: str) -> None:
+    coordinator = start_coordinator(tmp_path, {"laptop": RunnerTokens(runner_token, token)})
+    runner = start_runner(
+        tmp_path, token, runner_token=runner_token, connect=f"{coordinator.url}/runner/laptop"
+    )
     direct = start_runner(tmp_path / "direct", token)
     try:
         for url in (direct.url, f"{coordinator.url}/client/laptop"):
@@ -424,10 +436,12 @@ def test_a_runner_killed_mid_command_fails_typed_and_commits_nothing(tmp_path: P
             runner.stop()
 
 
-def test_the_runner_redials_a_restarted_coordinator(tmp_path: Path, token: str) -> None:
-    tokens = {"laptop": token}
+def test_the_runner_redials_a_restarted_coordinator(tmp_path: Path, token: str, runner_token: str) -> None:
+    tokens = {"laptop": RunnerTokens(runner_token, token)}
     coordinator = start_coordinator(tmp_path, tokens)
-    runner = start_runner(tmp_path, token, connect=f"{coordinator.url}/runner/laptop")
+    runner = start_runner(
+        tmp_path, token, runner_token=runner_token, connect=f"{coordinator.url}/runner/laptop"
+    )
     try:
         with RemoteProvider(f"{coordinator.url}/client/laptop", token) as provider:
             sandbox = provider.create()
@@ -444,10 +458,18 @@ def test_the_runner_redials_a_restarted_coordinator(tmp_path: Path, token: str) 
         coordinator.stop()
 
 
-def test_a_second_runner_with_the_same_id_is_refused(tmp_path: Path, token: str) -> None:
-    coordinator = start_coordinator(tmp_path, {"laptop": token})
-    first = start_runner(tmp_path / "first", token, connect=f"{coordinator.url}/runner/laptop")
-    second = start_runner(tmp_path / "second", token, connect=f"{coordinator.url}/runner/laptop", wait=False)
+def test_a_second_runner_with_the_same_id_is_refused(tmp_path: Path, token: str, runner_token: str) -> None:
+    coordinator = start_coordinator(tmp_path, {"laptop": RunnerTokens(runner_token, token)})
+    first = start_runner(
+        tmp_path / "first", token, runner_token=runner_token, connect=f"{coordinator.url}/runner/laptop"
+    )
+    second = start_runner(
+        tmp_path / "second",
+        token,
+        runner_token=runner_token,
+        connect=f"{coordinator.url}/runner/laptop",
+        wait=False,
+    )
     try:
         wait_for(lambda: "runner id already connected" in second.log(), 15, "the second runner was refused")
         with RemoteProvider(f"{coordinator.url}/client/laptop", token) as provider:
@@ -463,13 +485,19 @@ def test_a_second_runner_with_the_same_id_is_refused(tmp_path: Path, token: str)
 # -- TLS and the log ------------------------------------------------------------------------------
 
 
-def test_tls_direct_and_through_the_coordinator(tmp_path: Path, token: str) -> None:
+def test_tls_direct_and_through_the_coordinator(tmp_path: Path, token: str, runner_token: str) -> None:
     cert, key = self_signed_certificate(tmp_path)
     tls = ["--certfile", str(cert), "--keyfile", str(key)]
     direct = start_runner(tmp_path / "direct", token, extra=tls)
-    coordinator = start_coordinator(tmp_path, {"laptop": token}, extra=tls)
+    coordinator = start_coordinator(tmp_path, {"laptop": RunnerTokens(runner_token, token)}, extra=tls)
     runner_url = f"{coordinator.url}/runner/laptop"
-    relayed = start_runner(tmp_path / "relayed", token, connect=runner_url, extra=["--cafile", str(cert)])
+    relayed = start_runner(
+        tmp_path / "relayed",
+        token,
+        runner_token=runner_token,
+        connect=runner_url,
+        extra=["--cafile", str(cert)],
+    )
     try:
         for url in (direct.url, f"{coordinator.url}/client/laptop"):
             assert url.startswith("wss://")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from websockets.frames import Close
 
 from sandbox_sdk import errors
 from sandbox_sdk.providers.remote._errors import closed, from_response
 from sandbox_sdk.runner import security, wire
+from sandbox_sdk.runner.cli import read_tokens
 
 
 def test_frames_carry_the_version_and_refuse_others() -> None:
@@ -105,3 +108,15 @@ def test_bodies_grow_as_they_come_and_hold_a_bounded_amount() -> None:
 
 def test_a_body_less_response_needs_no_id_prefix() -> None:
     assert list(wire.chunks(2**40, b"")) == []
+
+
+def test_a_runner_and_its_clients_have_separate_tokens(tmp_path: Path) -> None:
+    runner, client = "r" * 20, "c" * 20
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(f"# runner-id runner-token client-token\nlaptop {runner} {client}\n")
+    assert read_tokens(tokens) == {"laptop": security.RunnerTokens(runner, client)}
+    tokens.write_text(f"laptop {runner}\n")  # one token for both: refused, saying why
+    with pytest.raises(errors.InvalidArgumentError, match="separate tokens"):
+        read_tokens(tokens)
+    with pytest.raises(errors.InvalidArgumentError, match="must differ"):
+        security.RunnerTokens(runner, runner).check()
