@@ -34,7 +34,6 @@ from sandbox_sdk import errors
 from sandbox_sdk.provider_kit.host_state import default_state_dir
 from sandbox_sdk.providers.bwrap import BwrapProvider
 from sandbox_sdk.providers.local import LocalProvider
-from sandbox_sdk.runner import security
 from sandbox_sdk.runner.service import (
     DEFAULT_MAX_CONCURRENT,
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -42,6 +41,7 @@ from sandbox_sdk.runner.service import (
     Runner,
 )
 from sandbox_sdk.runner.workers import Backend
+from sandbox_sdk.wire import security
 
 log = logging.getLogger("sandbox_sdk.runner")
 

@@ -19,7 +19,7 @@ are never looked at. TLS protects them on each hop; the coordinator itself
 sees them in memory while relaying (see docs/remote.md).
 
 A connection that has not authenticated is on a deadline, as at the
-runner: :data:`~sandbox_sdk.runner.wire.HELLO_TIMEOUT` to become a
+runner: :data:`~sandbox_sdk.wire.HELLO_TIMEOUT` to become a
 WebSocket (served by :func:`serve_coordinator`; another ASGI server sets its
 own), then as long again for its hello; and at most
 :data:`MAX_UNAUTHENTICATED` connections wait in each of the two steps, so
@@ -44,9 +44,9 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from sandbox_sdk.runner import security, wire
+from sandbox_sdk import wire
 from sandbox_sdk.runner.service import Announce
-from sandbox_sdk.runner.wire import CloseCode
+from sandbox_sdk.wire import CloseCode, security
 
 log = logging.getLogger("sandbox_sdk.runner.coordinator")
 

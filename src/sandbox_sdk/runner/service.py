@@ -22,12 +22,11 @@ from websockets.asyncio.connection import Connection
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
-from sandbox_sdk import errors
+from sandbox_sdk import errors, wire
 from sandbox_sdk.provider_kit import LARGE_COMMAND_BYTES
-from sandbox_sdk.runner import security, wire
 from sandbox_sdk.runner.session import Session
-from sandbox_sdk.runner.wire import CloseCode
 from sandbox_sdk.runner.workers import Backend, Workers
+from sandbox_sdk.wire import CloseCode, security
 
 log = logging.getLogger("sandbox_sdk.runner")
 

@@ -11,18 +11,14 @@ import contextlib
 import logging
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from websockets.asyncio.connection import Connection
 from websockets.exceptions import ConnectionClosed
 
-from sandbox_sdk import errors
-from sandbox_sdk.runner import wire
-from sandbox_sdk.runner.wire import CloseCode
-from sandbox_sdk.runner.workers import Outcome
-
-if TYPE_CHECKING:
-    from sandbox_sdk.runner.service import Runner
+from sandbox_sdk import errors, wire
+from sandbox_sdk.runner.workers import Outcome, Workers
+from sandbox_sdk.wire import CloseCode
 
 log = logging.getLogger("sandbox_sdk.runner")
 
@@ -32,10 +28,23 @@ PLAIN = re.compile(r"[A-Za-z0-9_.:@/+-]{1,100}")
 LOGGED_CHARS = 100
 
 
+class Host(Protocol):
+    """What a session needs of its runner (a :class:`~sandbox_sdk.runner.service.Runner`,
+    which imports this module)."""
+
+    limits: wire.Limits
+    max_buffered_bytes: int
+    workers: Workers
+
+    def accepts(self, token: object) -> bool: ...
+
+    def welcome(self) -> str: ...
+
+
 class Session:
     """Serves one connection until it closes."""
 
-    def __init__(self, runner: Runner, connection: Connection, name: str) -> None:
+    def __init__(self, runner: Host, connection: Connection, name: str) -> None:
         self._runner = runner
         self._ws = connection
         self._name = name

@@ -38,10 +38,9 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from sandbox_sdk import errors
+from sandbox_sdk import errors, wire
 from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.provider_kit import kill_group
-from sandbox_sdk.runner import wire
 from sandbox_sdk.runner.operations import Operations
 
 #: How often a cancelled request's worker is checked for children to kill.

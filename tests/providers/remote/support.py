@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_sdk.runner.security import CLIENT_TOKEN_ENV, TOKEN_ENV, RunnerTokens
+from sandbox_sdk.wire.security import CLIENT_TOKEN_ENV, TOKEN_ENV, RunnerTokens
 
 READY_SECONDS = 30.0
 

@@ -11,9 +11,8 @@ from contextlib import contextmanager
 import pytest
 from websockets.sync.server import ServerConnection, serve
 
-from sandbox_sdk import errors
+from sandbox_sdk import errors, wire
 from sandbox_sdk.providers.remote import RemoteProvider
-from sandbox_sdk.runner import wire
 
 HUGE_BODY = 1536 * 1024 * 1024
 

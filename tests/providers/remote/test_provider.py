@@ -10,8 +10,8 @@ import pytest
 
 from sandbox_sdk import errors, get_provider
 from sandbox_sdk.providers.remote import URL_ENV, RemoteProvider
-from sandbox_sdk.runner.security import CLIENT_TOKEN_ENV
 from sandbox_sdk.testing import ProviderConformanceTests
+from sandbox_sdk.wire.security import CLIENT_TOKEN_ENV
 
 
 class TestRemoteProviderOnBwrap(ProviderConformanceTests):

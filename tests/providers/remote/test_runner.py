@@ -21,12 +21,11 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from sandbox_sdk import errors
+from sandbox_sdk import errors, wire
 from sandbox_sdk.providers.remote import RemoteProvider
 from sandbox_sdk.providers.remote import sandbox as remote_sandbox
-from sandbox_sdk.runner import wire
 from sandbox_sdk.runner.coordinator import MAX_UNAUTHENTICATED
-from sandbox_sdk.runner.security import RunnerTokens
+from sandbox_sdk.wire.security import RunnerTokens
 from tests.providers.remote.support import (
     Service,
     new_token,

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from websockets.frames import Close
 
-from sandbox_sdk import errors
+from sandbox_sdk import errors, wire
 from sandbox_sdk.providers.remote._errors import closed, from_response
-from sandbox_sdk.runner import security, wire
 from sandbox_sdk.runner.cli import read_tokens
+from sandbox_sdk.wire import security
 
 
 def test_frames_carry_the_version_and_refuse_others() -> None:

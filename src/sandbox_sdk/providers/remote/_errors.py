@@ -21,9 +21,8 @@ from typing import Any
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 from websockets.frames import Close
 
-from sandbox_sdk import errors
-from sandbox_sdk.runner import wire
-from sandbox_sdk.runner.wire import CloseCode
+from sandbox_sdk import errors, wire
+from sandbox_sdk.wire import CloseCode
 
 _CLOSE_MEANINGS: dict[int, str] = {
     CloseCode.UNAUTHORIZED: "the runner refused the token",

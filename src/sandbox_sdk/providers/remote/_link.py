@@ -17,7 +17,7 @@ with ``ProviderUnavailableError``; the next request dials again.
 
 What a runner announces is taken only up to this client's own bounds
 (:data:`MAX_OUTPUT_BYTES`, :data:`MAX_CONCURRENT`, and the frame limit of
-:func:`~sandbox_sdk.runner.wire.dial`), and a response body is a buffer that
+:func:`~sandbox_sdk.wire.dial`), and a response body is a buffer that
 grows as its chunks come: a runner that lies about its limits or announces
 a huge body gets the connection closed, never this process's memory.
 """
@@ -38,9 +38,8 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 from websockets.asyncio.client import ClientConnection
 
-from sandbox_sdk import errors
+from sandbox_sdk import errors, wire
 from sandbox_sdk.providers.remote._errors import broken, closed, from_response, translate_errors
-from sandbox_sdk.runner import wire
 
 #: Seconds ``close`` waits for the connection and the loop thread to end.
 CLOSE_TIMEOUT = 5.0

@@ -15,7 +15,7 @@ from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.provider_kit.host_state import SETUP_TIMEOUT
 from sandbox_sdk.providers.remote._link import Link, Reply, Request
 from sandbox_sdk.providers.remote.sandbox import RemoteSandbox
-from sandbox_sdk.runner import security
+from sandbox_sdk.wire import security
 
 #: Where the provider reads the runner's URL when none is given.
 URL_ENV = "SANDBOX_SDK_REMOTE_URL"

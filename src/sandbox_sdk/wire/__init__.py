@@ -1,5 +1,8 @@
 """The remote runner's wire protocol, version 1: JSON frames and binary chunks
-over one WebSocket (docs/remote.md has the whole picture).
+over one WebSocket (docs/remote.md has the whole picture). It lies below
+both ends, the runner and coordinator (:mod:`sandbox_sdk.runner`) and the
+client (:mod:`sandbox_sdk.providers.remote`), with their tokens and TLS
+(:mod:`sandbox_sdk.wire.security`), so neither borrows from the other.
 
 Text frames are JSON objects ``{"v": 1, "type": ..., ...}``; a frame of
 another version is refused, so a future version can change anything else:
