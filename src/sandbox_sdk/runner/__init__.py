@@ -6,12 +6,12 @@
   per connection.
 - :class:`Coordinator` (:mod:`~sandbox_sdk.runner.coordinator`), an ASGI app
   pairing runners with clients by id and relaying their frames unread.
-- :mod:`~sandbox_sdk.runner.wire`: the protocol both speak with the client,
-  :class:`sandbox_sdk.providers.remote.RemoteProvider`.
+- The protocol both speak with the client,
+  :class:`sandbox_sdk.providers.remote.RemoteProvider`, and the tokens and
+  TLS of all three, are :mod:`sandbox_sdk.wire`, below both.
 - :mod:`~sandbox_sdk.runner.cli`: ``python -m sandbox_sdk.runner``.
 
 Needs the ``remote`` extra (``websockets``; ``starlette`` and ``uvicorn`` for
-the coordinator). Import from the modules: this package imports nothing, so
-a client loading :mod:`~sandbox_sdk.runner.wire` does not load the servers.
+the coordinator). Import from the modules: this package imports nothing.
 See docs/remote.md.
 """

@@ -7,9 +7,11 @@
     python -m sandbox_sdk.runner coordinator --listen 0.0.0.0:443 --tokens runners.txt \\
         --certfile cert.pem --keyfile key.pem
 
-The token comes from ``--token`` or, better (a command line is visible to
-every user of the machine), the ``SANDBOX_SDK_RUNNER_TOKEN`` environment
-variable. Each command is ``add_*_arguments`` plus ``run_*``, so a larger CLI
+The runner's two tokens come from ``--client-token`` (what its clients
+present) and ``--runner-token`` (its own at a coordinator, for
+``--connect``) or, better (a command line is visible to every user of the
+machine), the ``SANDBOX_SDK_CLIENT_TOKEN`` and ``SANDBOX_SDK_RUNNER_TOKEN``
+environment variables. Each command is ``add_*_arguments`` plus ``run_*``, so a larger CLI
 can mount them as subcommands; :func:`main` dispatches between the two.
 When ready, each prints one line to stdout (``listening on ws://HOST:PORT``,
 ``registered at URL``); logs go to stderr.
@@ -32,7 +34,6 @@ from sandbox_sdk import errors
 from sandbox_sdk.provider_kit.host_state import default_state_dir
 from sandbox_sdk.providers.bwrap import BwrapProvider
 from sandbox_sdk.providers.local import LocalProvider
-from sandbox_sdk.runner import security
 from sandbox_sdk.runner.service import (
     DEFAULT_MAX_CONCURRENT,
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -40,6 +41,7 @@ from sandbox_sdk.runner.service import (
     Runner,
 )
 from sandbox_sdk.runner.workers import Backend
+from sandbox_sdk.wire import security
 
 log = logging.getLogger("sandbox_sdk.runner")
 
@@ -75,7 +77,13 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--listen", type=host_port, metavar="HOST:PORT", help="take clients directly")
     where.add_argument("--connect", metavar="URL", help="dial a coordinator: ws[s]://HOST/runner/<id>")
-    parser.add_argument("--token", help=f"the shared secret (default: ${security.TOKEN_ENV})")
+    parser.add_argument(
+        "--client-token", help=f"the secret clients present (default: ${security.CLIENT_TOKEN_ENV})"
+    )
+    parser.add_argument(
+        "--runner-token",
+        help=f"this runner's own secret at the coordinator, for --connect (default: ${security.TOKEN_ENV})",
+    )
     parser.add_argument(
         "--backend",
         choices=["bwrap", "local"],
@@ -100,18 +108,23 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
 def add_coordinator_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", type=host_port, metavar="HOST:PORT", required=True)
     parser.add_argument(
-        "--tokens", type=Path, required=True, help="file of lines `<runner-id> <token>` (# comments allowed)"
+        "--tokens",
+        type=Path,
+        required=True,
+        help="file of lines `<runner-id> <runner-token> <client-token>` (# comments allowed)",
     )
     add_common_arguments(parser)
 
 
 def run_runner(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
-    token = args.token or os.environ.get(security.TOKEN_ENV, "")
+    client_token = args.client_token or os.environ.get(security.CLIENT_TOKEN_ENV, "")
+    runner_token = args.runner_token or os.environ.get(security.TOKEN_ENV) or None
     try:
         runner = Runner(
             make_backend(args.backend, args.root, args.network),
-            token,
+            client_token,
+            runner_token=runner_token if args.connect else None,
             runner_id=args.connect.rstrip("/").rsplit("/", 1)[-1] if args.connect else "runner",
             max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES,
             max_concurrent=args.max_concurrent,
@@ -154,14 +167,17 @@ def make_backend(name: str, root: Path | None, network: bool) -> Backend:
     return Backend(BwrapProvider, {**options, "network": network})
 
 
-def read_tokens(path: Path) -> dict[str, str]:
+def read_tokens(path: Path) -> dict[str, security.RunnerTokens]:
     tokens = {}
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if line.strip() and not line.lstrip().startswith("#"):
             fields = line.split()
-            if len(fields) != 2:
-                raise errors.InvalidArgumentError(f"{path}:{number}: expected `<runner-id> <token>`")
-            tokens[fields[0]] = fields[1]
+            if len(fields) != 3:
+                raise errors.InvalidArgumentError(
+                    f"{path}:{number}: expected `<runner-id> <runner-token> <client-token>` "
+                    "(a runner and its clients have separate tokens; see docs/remote.md)"
+                )
+            tokens[fields[0]] = security.RunnerTokens(fields[1], fields[2])
     return tokens
 
 

@@ -9,12 +9,21 @@ runners with clients by runner id and relays their frames.
 - ``/client/{runner_id}``: a client; once paired, its frames go to the
   runner's session connection and back.
 
-Every connection starts with a ``hello`` carrying the runner's token, which
-the coordinator checks (and the runner checks again for a client). That
+Every connection starts with a ``hello`` carrying a token, which the
+coordinator checks: the runner token on the runner's connections, the client
+token on a client's (which the runner checks again). So a client cannot
+register as the runner, even while the runner is away. That
 frame is all it reads: every later frame is forwarded as it came, never
 parsed, stored or logged, so file contents and commands pass through it but
 are never looked at. TLS protects them on each hop; the coordinator itself
 sees them in memory while relaying (see docs/remote.md).
+
+A connection that has not authenticated is on a deadline, as at the
+runner: :data:`~sandbox_sdk.wire.HELLO_TIMEOUT` to become a
+WebSocket (served by :func:`serve_coordinator`; another ASGI server sets its
+own), then as long again for its hello; and at most
+:data:`MAX_UNAUTHENTICATED` connections wait in each of the two steps, so
+silent or trickling connections cannot pile up.
 """
 
 from __future__ import annotations
@@ -28,14 +37,16 @@ import socket
 import ssl
 from collections.abc import Mapping
 
+import h11
 import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from sandbox_sdk.runner import security, wire
+from sandbox_sdk import wire
 from sandbox_sdk.runner.service import Announce
-from sandbox_sdk.runner.wire import CloseCode
+from sandbox_sdk.wire import CloseCode, security
 
 log = logging.getLogger("sandbox_sdk.runner.coordinator")
 
@@ -43,6 +54,9 @@ log = logging.getLogger("sandbox_sdk.runner.coordinator")
 SESSION_OPEN_TIMEOUT = 10.0
 #: Close codes that say "no close frame" and cannot be sent on.
 UNSENDABLE_CODES = frozenset({1005, 1006, 1015})
+#: Connections waiting to become WebSockets, and WebSockets waiting for
+#: their hello: at most this many of each; more are refused at once.
+MAX_UNAUTHENTICATED = 128
 #: Compared against for unknown runner ids, so they cost what known ones do.
 _NO_RUNNER = hashlib.sha256(secrets.token_bytes(32)).digest()
 
@@ -58,11 +72,17 @@ class _Registration:
 
 
 class Coordinator:
-    """Pairs runners with clients; ``tokens`` maps each runner id to its token."""
+    """Pairs runners with clients; ``tokens`` maps each runner id to its tokens."""
 
-    def __init__(self, tokens: Mapping[str, str]) -> None:
-        self._digests = {runner_id: security.token_digest(token) for runner_id, token in tokens.items()}
+    def __init__(self, tokens: Mapping[str, security.RunnerTokens]) -> None:
+        for pair in tokens.values():
+            pair.check()
+        self._digests = {
+            runner_id: (security.token_digest(pair.runner), security.token_digest(pair.client))
+            for runner_id, pair in tokens.items()
+        }
         self._runners: dict[str, _Registration] = {}
+        self._unauthenticated = 0
         self.app = Starlette(
             routes=[
                 WebSocketRoute("/runner/{runner_id}", self._runner),
@@ -71,17 +91,30 @@ class Coordinator:
             ]
         )
 
-    async def _hello(self, websocket: WebSocket, runner_id: str, who: str) -> str | None:
-        """The connection's hello if it carries ``runner_id``'s token; otherwise
-        the connection is closed (unknown ids are refused the same way)."""
-        await websocket.accept()
+    async def _hello(
+        self, websocket: WebSocket, runner_id: str, who: str, *, client: bool = False
+    ) -> str | None:
+        """The connection's hello if it carries ``runner_id``'s client token
+        (``client``) or runner token; otherwise the connection is closed
+        (unknown ids are refused the same way)."""
+        if self._unauthenticated >= MAX_UNAUTHENTICATED:
+            log.warning(
+                "%s %r refused: %d connections await their hello", who, runner_id, MAX_UNAUTHENTICATED
+            )
+            await _close(websocket, CloseCode.TRY_AGAIN_LATER, "too many connections awaiting their hello")
+            return None
+        self._unauthenticated += 1
         try:
+            await websocket.accept()
             message = await asyncio.wait_for(websocket.receive(), wire.HELLO_TIMEOUT)
             text = message.get("text")
             hello = wire.decode(text if text is not None else message.get("bytes") or b"")
         except (TimeoutError, wire.ProtocolError):
             hello = {"type": "nothing"}
-        digest = self._digests.get(runner_id, _NO_RUNNER)
+        finally:
+            self._unauthenticated -= 1
+        runner_digest, client_digest = self._digests.get(runner_id, (_NO_RUNNER, _NO_RUNNER))
+        digest = client_digest if client else runner_digest
         if hello["type"] != "hello" or not security.token_matches(hello.get("token"), digest):
             log.warning("%s %r refused: no valid token", who, runner_id)
             await _close(websocket, CloseCode.UNAUTHORIZED, "unauthorized")
@@ -126,7 +159,7 @@ class Coordinator:
 
     async def _client(self, websocket: WebSocket) -> None:
         runner_id = websocket.path_params["runner_id"]
-        hello = await self._hello(websocket, runner_id, "client of runner")
+        hello = await self._hello(websocket, runner_id, "client of runner", client=True)
         if hello is None:
             return
         registration = self._runners.get(runner_id)
@@ -195,6 +228,7 @@ async def serve_coordinator(
     listener = _listening_socket(host, port)
     config = uvicorn.Config(
         coordinator.app,
+        http=_deadline_protocol(MAX_UNAUTHENTICATED, wire.HELLO_TIMEOUT),
         ws="websockets-sansio",
         ws_max_size=wire.MAX_FRAME_BYTES,
         ws_ping_interval=wire.PING_INTERVAL,
@@ -208,6 +242,51 @@ async def serve_coordinator(
     )
     ready(f"listening on {'wss' if tls else 'ws'}://{host}:{listener.getsockname()[1]}")
     await uvicorn.Server(config).serve(sockets=[listener])
+
+
+def _deadline_protocol(limit: int, seconds: float) -> type[H11Protocol]:
+    """uvicorn's HTTP protocol, with what ``websockets`` gives the runner
+    (its ``open_timeout``): a connection not upgraded to a WebSocket within
+    ``seconds`` is dropped (uvicorn itself waits for a request forever), and
+    at most ``limit`` connections wait so; more are dropped at once."""
+    waiting: set[H11Protocol] = set()
+
+    class DeadlineProtocol(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(waiting) >= limit:
+                log.warning(
+                    "connection from %s dropped: %d connections are in their handshake", self.client, limit
+                )
+                transport.abort()
+                return
+            waiting.add(self)
+            self._deadline = asyncio.get_running_loop().call_later(seconds, self._expire)
+
+        def _expire(self) -> None:
+            if self in waiting:
+                log.warning(
+                    "connection from %s dropped: no WebSocket handshake within %.0f s", self.client, seconds
+                )
+                self._settle()
+                self.transport.abort()
+
+        def _settle(self) -> None:
+            waiting.discard(self)
+            if self._deadline is not None:
+                self._deadline.cancel()
+
+        def handle_websocket_upgrade(self, event: h11.Request) -> None:
+            self._settle()
+            super().handle_websocket_upgrade(event)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._settle()
+            super().connection_lost(exc)
+
+    return DeadlineProtocol
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:

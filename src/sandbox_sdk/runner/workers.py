@@ -13,8 +13,13 @@ by killing the worker itself: the jail sees the connection drop and kills
 the command's group (an unisolated local command is a child, killed above).
 
 Workers fork from a fork server that has imported the backend (a few
-milliseconds each), wait idle for reuse, and die with the runner
-(``PR_SET_PDEATHSIG``), which hangs up on their commands.
+milliseconds each), wait idle for reuse, and die with the runner, even one
+killed with SIGKILL, taking their requests' commands along: each worker
+watches a pipe only the runner writes to (the *lifeline*), and when it
+reads the end of it, kills the process group of each of its children, as a
+cancellation does, and exits (which hangs up on a jail's command).
+``PR_SET_PDEATHSIG`` is not enough alone: the fork server, the workers'
+parent, lives on while any worker does.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import ctypes
 import multiprocessing
 import os
 import signal
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,10 +38,9 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from sandbox_sdk import errors
+from sandbox_sdk import errors, wire
 from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.provider_kit import kill_group
-from sandbox_sdk.runner import wire
 from sandbox_sdk.runner.operations import Operations
 
 #: How often a cancelled request's worker is checked for children to kill.
@@ -73,6 +78,8 @@ class Workers:
         self._idle: list[_Worker] = []
         self._slots = asyncio.Semaphore(size)
         self._threads = ThreadPoolExecutor(size, thread_name_prefix="sandbox-runner-call")
+        # Only this process holds the writing end: its death closes the pipe.
+        self._lifeline, self._lifeline_writer = self._context.Pipe(duplex=False)
 
     def prestart(self) -> None:
         """Start the fork server and one worker now, not on the first request."""
@@ -109,7 +116,7 @@ class Workers:
         here, there = self._context.Pipe()
         process = self._context.Process(
             target=serve,
-            args=(there, self._backend, self._default_timeout),
+            args=(there, self._lifeline, self._backend, self._default_timeout),
             name="sandbox-runner-worker",
             daemon=True,
         )
@@ -170,8 +177,12 @@ def process_children(pid: int) -> list[int] | None:
     return children
 
 
-def serve(connection: Connection, backend: Backend, default_timeout: float) -> None:
-    """A worker's life: requests from ``connection``, one at a time, until it closes."""
+def serve(connection: Connection, lifeline: Connection, backend: Backend, default_timeout: float) -> None:
+    """A worker's life: requests from ``connection``, one at a time, until it
+    closes or the runner dies (``lifeline`` ends)."""
+    threading.Thread(
+        target=_watch_runner, args=(lifeline,), name="sandbox-runner-lifeline", daemon=True
+    ).start()
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle
     operations = Operations(backend.build(), default_timeout)
@@ -188,6 +199,15 @@ def serve(connection: Connection, backend: Backend, default_timeout: float) -> N
             fields, output = {"ok": False, "error": wire.error_fields(exc)}, b""
         connection.send(fields)
         connection.send_bytes(output)
+
+
+def _watch_runner(lifeline: Connection) -> None:
+    """Wait for the runner's death, then end this worker and what its request started."""
+    with contextlib.suppress(EOFError, OSError):
+        lifeline.recv_bytes()  # nothing is ever sent: this returns at the runner's death
+    for pid in process_children(os.getpid()) or ():
+        kill_group(pid)
+    os._exit(1)
 
 
 def _die_with_parent() -> None:

@@ -15,6 +15,13 @@ from tests.providers.remote.support import coordinated_runner, listening_runner,
 
 @pytest.fixture(scope="session")
 def token() -> str:
+    """The client token of the runners of these tests."""
+    return new_token()
+
+
+@pytest.fixture(scope="session")
+def runner_token() -> str:
+    """The runner token with which a runner registers at a coordinator."""
     return new_token()
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_sdk.runner.security import TOKEN_ENV
+from sandbox_sdk.wire.security import CLIENT_TOKEN_ENV, TOKEN_ENV, RunnerTokens
 
 READY_SECONDS = 30.0
 
@@ -31,12 +31,14 @@ def new_token() -> str:
 
 class Service:
     """A ``python -m sandbox_sdk.runner`` process, started and awaited until
-    it prints its ready line; its log (stderr) goes to ``log_path``."""
+    it prints its ready line; its log (stderr) goes to ``log_path``.
+    ``tokens`` are its environment's (by variable), none inherited."""
 
-    def __init__(self, args: Sequence[str], log_path: Path, *, token: str | None, ready: str | None) -> None:
-        env = {key: value for key, value in os.environ.items() if key != TOKEN_ENV}
-        if token is not None:
-            env[TOKEN_ENV] = token
+    def __init__(
+        self, args: Sequence[str], log_path: Path, *, tokens: dict[str, str], ready: str | None
+    ) -> None:
+        env = {key: value for key, value in os.environ.items() if key not in (TOKEN_ENV, CLIENT_TOKEN_ENV)}
+        env.update(tokens)
         self.log_path = log_path
         with open(log_path, "ab") as log:
             self.process = subprocess.Popen(
@@ -99,6 +101,7 @@ def start_runner(
     directory: Path,
     token: str | None,
     *,
+    runner_token: str | None = None,
     backend: str = "local",
     listen: str = "127.0.0.1:0",
     connect: str | None = None,
@@ -106,34 +109,48 @@ def start_runner(
     wait: bool = True,
 ) -> Service:
     """A runner whose workspace root is ``directory/root``, listening or dialled
-    out to ``connect``; awaited until ready unless ``wait`` is false."""
+    out to ``connect`` (with ``runner_token``); its clients present ``token``.
+    Awaited until ready unless ``wait`` is false."""
     where = ["--connect", connect] if connect else ["--listen", listen]
     args = [*where, "--backend", backend, "--root", str(directory / "root"), *extra]
     ready = ("registered at " if connect else "listening on ") if wait else None
-    return Service(args, _log_path(directory, "runner"), token=token, ready=ready)
+    tokens = {CLIENT_TOKEN_ENV: token, TOKEN_ENV: runner_token}
+    present = {name: value for name, value in tokens.items() if value is not None}
+    return Service(args, _log_path(directory, "runner"), tokens=present, ready=ready)
 
 
 def start_coordinator(
-    directory: Path, tokens: dict[str, str], *, listen: str = "127.0.0.1:0", extra: Sequence[str] = ()
+    directory: Path,
+    tokens: dict[str, RunnerTokens],
+    *,
+    listen: str = "127.0.0.1:0",
+    extra: Sequence[str] = (),
 ) -> Service:
     tokens_file = directory / "tokens.txt"
     tokens_file.write_text(
-        "# runner-id token\n" + "".join(f"{rid} {token}\n" for rid, token in tokens.items())
+        "# runner-id runner-token client-token\n"
+        + "".join(f"{rid} {pair.runner} {pair.client}\n" for rid, pair in tokens.items())
     )
     args = ["coordinator", "--listen", listen, "--tokens", str(tokens_file), *extra]
-    return Service(args, _log_path(directory, "coordinator"), token=None, ready="listening on ")
+    return Service(args, _log_path(directory, "coordinator"), tokens={}, ready="listening on ")
 
 
 @contextmanager
 def coordinated_runner(
     directory: Path, token: str, *, backend: str = "local", runner_id: str = "laptop"
 ) -> Iterator[tuple[Service, Service, str]]:
-    """A coordinator, a runner registered at it, and the client URL for that runner."""
+    """A coordinator, a runner registered at it (with a runner token of its
+    own), and the client URL for that runner, whose clients present ``token``."""
     directory.mkdir(parents=True, exist_ok=True)
-    coordinator = start_coordinator(directory, {runner_id: token})
+    runner_token = new_token()
+    coordinator = start_coordinator(directory, {runner_id: RunnerTokens(runner_token, token)})
     try:
         runner = start_runner(
-            directory, token, backend=backend, connect=f"{coordinator.url}/runner/{runner_id}"
+            directory,
+            token,
+            runner_token=runner_token,
+            backend=backend,
+            connect=f"{coordinator.url}/runner/{runner_id}",
         )
         try:
             yield coordinator, runner, f"{coordinator.url}/client/{runner_id}"

@@ -10,8 +10,8 @@ import pytest
 
 from sandbox_sdk import errors, get_provider
 from sandbox_sdk.providers.remote import URL_ENV, RemoteProvider
-from sandbox_sdk.runner.security import TOKEN_ENV
 from sandbox_sdk.testing import ProviderConformanceTests
+from sandbox_sdk.wire.security import CLIENT_TOKEN_ENV
 
 
 class TestRemoteProviderOnBwrap(ProviderConformanceTests):
@@ -32,7 +32,7 @@ def test_registered_and_configured_from_the_environment(
     local_url: str, token: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(URL_ENV, local_url)
-    monkeypatch.setenv(TOKEN_ENV, token)
+    monkeypatch.setenv(CLIENT_TOKEN_ENV, token)
     provider = get_provider("remote")
     assert isinstance(provider, RemoteProvider)
     with provider:
@@ -41,10 +41,10 @@ def test_registered_and_configured_from_the_environment(
 
 def test_missing_settings_are_typed_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(URL_ENV, raising=False)
-    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    monkeypatch.delenv(CLIENT_TOKEN_ENV, raising=False)
     with pytest.raises(errors.ProviderUnavailableError, match=URL_ENV):
         RemoteProvider(token="x" * 20)
-    with pytest.raises(errors.AuthenticationError, match=TOKEN_ENV):
+    with pytest.raises(errors.AuthenticationError, match=CLIENT_TOKEN_ENV):
         RemoteProvider("ws://127.0.0.1:9")
     with pytest.raises(errors.InvalidArgumentError, match="wss"):
         RemoteProvider("ws://127.0.0.1:9", "x" * 20, cafile="ca.pem")

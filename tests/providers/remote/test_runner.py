@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import os
 import secrets
+import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,12 +21,14 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from sandbox_sdk import errors
+from sandbox_sdk import errors, wire
 from sandbox_sdk.providers.remote import RemoteProvider
 from sandbox_sdk.providers.remote import sandbox as remote_sandbox
-from sandbox_sdk.runner import wire
+from sandbox_sdk.runner.coordinator import MAX_UNAUTHENTICATED
+from sandbox_sdk.wire.security import RunnerTokens
 from tests.providers.remote.support import (
     Service,
+    new_token,
     self_signed_certificate,
     start_coordinator,
     start_runner,
@@ -81,8 +85,27 @@ def executed(log: str) -> int:
     return log.count("op=execute")
 
 
+def running(pattern: str) -> list[int]:
+    """The processes whose command line holds ``pattern``."""
+    found = subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, text=True, check=False)
+    return [int(pid) for pid in found.stdout.split()]
+
+
 def is_running(pattern: str) -> bool:
-    return subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, check=False).returncode == 0
+    return bool(running(pattern))
+
+
+def resident_bytes(pid: int) -> int:
+    """The memory process ``pid`` holds (VmRSS)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    [kib] = [line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")]
+    return int(kib) * 1024
+
+
+def send_request(
+    connection: ClientConnection, request_id: int, op: str, args: dict[str, Any], size: int
+) -> None:
+    connection.send(wire.encode("request", id=request_id, op=op, args=args, size=size))
 
 
 # -- authentication ------------------------------------------------------------------------
@@ -107,33 +130,106 @@ def test_nothing_runs_before_authentication(runner: Service, token: str, tmp_pat
     assert runner.log().count("refused: no valid token") == 3
 
 
-def test_wrong_tokens_at_the_coordinator(tmp_path: Path, token: str) -> None:
-    coordinator = start_coordinator(tmp_path, {"laptop": token})
+def test_wrong_tokens_at_the_coordinator(tmp_path: Path, token: str, runner_token: str) -> None:
+    coordinator = start_coordinator(tmp_path, {"laptop": RunnerTokens(runner_token, token)})
+    laptop = f"{coordinator.url}/runner/laptop"
     try:
-        impostor = start_runner(
-            tmp_path, "not-the-runner-token", connect=f"{coordinator.url}/runner/laptop", wait=False
-        )
-        assert impostor.process.wait(30) == 2
-        assert "refused this runner's token" in impostor.log()
-        runner = start_runner(tmp_path, token, connect=f"{coordinator.url}/runner/laptop")
+        # Nor a stranger nor a client (it holds the client token) registers as the runner while it is away.
+        for wrong in ("not-the-runner-token", token):
+            impostor = start_runner(tmp_path, new_token(), runner_token=wrong, connect=laptop, wait=False)
+            assert impostor.process.wait(30) == 2
+            assert "refused this runner's token" in impostor.log()
+        same = start_runner(tmp_path, token, runner_token=token, connect=laptop, wait=False)
+        assert same.process.wait(30) == 2
+        assert "must differ" in same.log()
+        runner = start_runner(tmp_path, token, runner_token=runner_token, connect=laptop)
         for url in (f"{coordinator.url}/client/laptop", f"{coordinator.url}/client/unknown-runner"):
-            with (
-                RemoteProvider(url, "a-wrong-token-of-some-length") as provider,
-                pytest.raises(errors.AuthenticationError),
-            ):
-                provider.list()
+            for wrong in ("a-wrong-token-of-some-length", runner_token):
+                with RemoteProvider(url, wrong) as provider, pytest.raises(errors.AuthenticationError):
+                    provider.list()
+        with RemoteProvider(f"{coordinator.url}/client/laptop", token) as provider:
+            assert provider.list(labels={"none": "such"}).items == []
         runner.stop()
     finally:
         coordinator.stop()
-    assert coordinator.log().count("refused: no valid token") == 3
+    assert coordinator.log().count("refused: no valid token") == 6
+
+
+#: A WebSocket handshake's request, by hand.
+UPGRADE = (
+    b"GET /client/laptop HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+def test_the_coordinator_drops_connections_that_do_not_authenticate(
+    tmp_path: Path, token: str, runner_token: str
+) -> None:
+    """Silent TCP connections (more than the coordinator keeps), ones
+    trickling an HTTP request, and silent WebSockets: all dropped in time."""
+    coordinator = start_coordinator(tmp_path, {"laptop": RunnerTokens(runner_token, token)})
+    connections: list[socket.socket] = []
+    try:
+
+        def connect() -> socket.socket:
+            return socket.create_connection(("127.0.0.1", coordinator.port))
+
+        upgraded = [connect() for _ in range(4)]
+        for connection in upgraded:
+            connection.sendall(UPGRADE)
+        trickling = [connect() for _ in range(4)]
+        for connection in trickling:
+            connection.sendall(b"GET /client/laptop HTTP/1.1\r\n")
+        silent = [connect() for _ in range(MAX_UNAUTHENTICATED + 8)]
+        connections = upgraded + trickling + silent
+        for connection in connections:
+            connection.setblocking(False)
+
+        def all_closed() -> bool:
+            for connection in trickling:
+                with contextlib.suppress(OSError):
+                    connection.send(b"X")  # one byte of a header at a time, never its end
+            return all(is_closed(connection) for connection in connections)
+
+        wait_for(all_closed, 60, "the coordinator dropped every unauthenticated connection")
+        log = coordinator.log()
+        assert "connections are in their handshake" in log
+        assert "no WebSocket handshake within" in log
+        assert "refused: no valid token" in log  # the upgraded ones, at their hello's deadline
+        runner = start_runner(
+            tmp_path, token, runner_token=runner_token, connect=f"{coordinator.url}/runner/laptop"
+        )
+        try:
+            with RemoteProvider(f"{coordinator.url}/client/laptop", token) as provider:
+                assert provider.list(labels={"none": "such"}).items == []
+        finally:
+            runner.stop()
+    finally:
+        for connection in connections:
+            connection.close()
+        coordinator.stop()
+
+
+def is_closed(connection: socket.socket) -> bool:
+    """Whether the peer closed ``connection`` (a non-blocking socket); what it sent is read and dropped."""
+    try:
+        while connection.recv(65536):
+            pass
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 # -- limits ------------------------------------------------------------------------------------
 
 
-def test_an_oversized_frame_closes_the_connection(tmp_path: Path, token: str) -> None:
-    coordinator = start_coordinator(tmp_path, {"laptop": token})
-    runner = start_runner(tmp_path, token, connect=f"{coordinator.url}/runner/laptop")
+def test_an_oversized_frame_closes_the_connection(tmp_path: Path, token: str, runner_token: str) -> None:
+    coordinator = start_coordinator(tmp_path, {"laptop": RunnerTokens(runner_token, token)})
+    runner = start_runner(
+        tmp_path, token, runner_token=runner_token, connect=f"{coordinator.url}/runner/laptop"
+    )
     direct = start_runner(tmp_path / "direct", token)
     try:
         for url in (direct.url, f"{coordinator.url}/client/laptop"):
@@ -197,7 +293,61 @@ async def test_32_concurrent_operations_over_one_connection(runner: Service, tok
     assert runner.log().count(": opened") == 1
 
 
+@pytest.mark.parametrize("bad_id", [-1, 2**32, 2**40])
+def test_request_ids_out_of_range_are_refused_and_the_session_goes_on(
+    runner: Service, token: str, bad_id: int
+) -> None:
+    with raw_connection(runner.url, token) as connection:
+        send_request(connection, bad_id, "list", {}, 0)
+        send_request(connection, bad_id, "execute", {"sandbox": "x"}, 5)  # no chunk can carry its body
+        for header in responses(connection, 2):
+            assert header["id"] == bad_id
+            assert header["ok"] is False and header["size"] == 0
+            assert header["error"]["type"] == "InvalidArgumentError"
+            assert "out of range" in header["error"]["message"]
+        send_request(connection, 1, "list", {}, 0)
+        [header] = responses(connection, 1)
+        assert header["id"] == 1 and header["ok"] is True
+    assert "Traceback" not in runner.log()
+
+
+def test_announced_bodies_cost_nothing_and_a_session_buffers_a_bounded_amount(
+    runner: Service, token: str
+) -> None:
+    size = 4 * 1024 * 1024
+    with raw_connection(runner.url, token) as connection:
+        before = resident_bytes(runner.process.pid)
+        for request_id in range(1, 51):  # 200 MiB announced, none sent, all cancelled
+            send_request(connection, request_id, "execute", {"sandbox": "x"}, size)
+            connection.send(wire.encode("cancel", id=request_id))
+        headers = responses(connection, 50)
+        assert {header["error"]["type"] for header in headers} == {wire.CANCELLED}
+        assert resident_bytes(runner.process.pid) - before < 32 * 1024 * 1024
+    with raw_connection(runner.url, token) as connection:  # bodies sent all but their last byte
+        with contextlib.suppress(ConnectionClosed):
+            for request_id in (1, 2, 3):
+                send_request(connection, request_id, "execute", {"sandbox": "x"}, size)
+                for chunk in wire.chunks(request_id, bytes(size - 1)):
+                    connection.send(chunk)
+        assert close_code(connection) == wire.CloseCode.PROTOCOL_ERROR
+    wait_for(lambda: "bytes of bodies under way" in runner.log(), 10, "the runner logged why")
+
+
 # -- cancellation ------------------------------------------------------------------------------
+
+
+def test_requests_cancelled_as_they_are_sent_are_answered_and_free_their_slots(
+    runner: Service, token: str
+) -> None:
+    with raw_connection(runner.url, token) as connection:
+        for request_id in range(1, 101):  # more than max_concurrent (64)
+            send_request(connection, request_id, "list", {}, 0)
+            connection.send(wire.encode("cancel", id=request_id))
+        headers = responses(connection, 100)
+        assert sorted(header["id"] for header in headers) == list(range(1, 101))
+        assert all(header["ok"] or header["error"]["type"] == wire.CANCELLED for header in headers)
+        send_request(connection, 101, "list", {}, 0)
+        assert responses(connection, 1)[0]["ok"] is True
 
 
 @pytest.mark.parametrize("backend_url", ["bwrap_url", "local_url"])
@@ -236,6 +386,24 @@ def test_a_call_past_its_deadline_is_cancelled_on_the_runner(
 # -- failures and reconnection -----------------------------------------------------------------
 
 
+def test_a_runner_killed_mid_command_takes_the_command_along(tmp_path: Path, token: str) -> None:
+    runner = start_runner(tmp_path, token)  # the local backend: no jail to end the command
+    pattern = f"sleep 654.{secrets.randbelow(10**6)}"
+    try:
+        with RemoteProvider(runner.url, token) as provider, ThreadPoolExecutor(1) as pool:
+            sandbox = provider.create()
+            command = pool.submit(sandbox.execute, f"{pattern}; echo finished")
+            wait_for(lambda: is_running(pattern), 15, "the command started")
+            runner.kill()
+            wait_for(lambda: not is_running(pattern), 30, "the command died with the runner")
+            with pytest.raises(errors.ProviderUnavailableError):
+                command.result(timeout=15)
+    finally:
+        for pid in running(pattern):  # only if the test failed
+            os.kill(pid, signal.SIGKILL)
+        runner.stop()
+
+
 @pytest.mark.slow
 def test_a_runner_killed_mid_command_fails_typed_and_commits_nothing(tmp_path: Path, token: str) -> None:
     runner = start_runner(tmp_path, token, backend="bwrap")
@@ -267,10 +435,12 @@ def test_a_runner_killed_mid_command_fails_typed_and_commits_nothing(tmp_path: P
             runner.stop()
 
 
-def test_the_runner_redials_a_restarted_coordinator(tmp_path: Path, token: str) -> None:
-    tokens = {"laptop": token}
+def test_the_runner_redials_a_restarted_coordinator(tmp_path: Path, token: str, runner_token: str) -> None:
+    tokens = {"laptop": RunnerTokens(runner_token, token)}
     coordinator = start_coordinator(tmp_path, tokens)
-    runner = start_runner(tmp_path, token, connect=f"{coordinator.url}/runner/laptop")
+    runner = start_runner(
+        tmp_path, token, runner_token=runner_token, connect=f"{coordinator.url}/runner/laptop"
+    )
     try:
         with RemoteProvider(f"{coordinator.url}/client/laptop", token) as provider:
             sandbox = provider.create()
@@ -287,10 +457,18 @@ def test_the_runner_redials_a_restarted_coordinator(tmp_path: Path, token: str) 
         coordinator.stop()
 
 
-def test_a_second_runner_with_the_same_id_is_refused(tmp_path: Path, token: str) -> None:
-    coordinator = start_coordinator(tmp_path, {"laptop": token})
-    first = start_runner(tmp_path / "first", token, connect=f"{coordinator.url}/runner/laptop")
-    second = start_runner(tmp_path / "second", token, connect=f"{coordinator.url}/runner/laptop", wait=False)
+def test_a_second_runner_with_the_same_id_is_refused(tmp_path: Path, token: str, runner_token: str) -> None:
+    coordinator = start_coordinator(tmp_path, {"laptop": RunnerTokens(runner_token, token)})
+    first = start_runner(
+        tmp_path / "first", token, runner_token=runner_token, connect=f"{coordinator.url}/runner/laptop"
+    )
+    second = start_runner(
+        tmp_path / "second",
+        token,
+        runner_token=runner_token,
+        connect=f"{coordinator.url}/runner/laptop",
+        wait=False,
+    )
     try:
         wait_for(lambda: "runner id already connected" in second.log(), 15, "the second runner was refused")
         with RemoteProvider(f"{coordinator.url}/client/laptop", token) as provider:
@@ -306,13 +484,19 @@ def test_a_second_runner_with_the_same_id_is_refused(tmp_path: Path, token: str)
 # -- TLS and the log ------------------------------------------------------------------------------
 
 
-def test_tls_direct_and_through_the_coordinator(tmp_path: Path, token: str) -> None:
+def test_tls_direct_and_through_the_coordinator(tmp_path: Path, token: str, runner_token: str) -> None:
     cert, key = self_signed_certificate(tmp_path)
     tls = ["--certfile", str(cert), "--keyfile", str(key)]
     direct = start_runner(tmp_path / "direct", token, extra=tls)
-    coordinator = start_coordinator(tmp_path, {"laptop": token}, extra=tls)
+    coordinator = start_coordinator(tmp_path, {"laptop": RunnerTokens(runner_token, token)}, extra=tls)
     runner_url = f"{coordinator.url}/runner/laptop"
-    relayed = start_runner(tmp_path / "relayed", token, connect=runner_url, extra=["--cafile", str(cert)])
+    relayed = start_runner(
+        tmp_path / "relayed",
+        token,
+        runner_token=runner_token,
+        connect=runner_url,
+        extra=["--cafile", str(cert)],
+    )
     try:
         for url in (direct.url, f"{coordinator.url}/client/laptop"):
             assert url.startswith("wss://")
@@ -328,6 +512,21 @@ def test_tls_direct_and_through_the_coordinator(tmp_path: Path, token: str) -> N
     finally:
         for service in (relayed, coordinator, direct):
             service.stop()
+
+
+def test_what_a_client_sends_cannot_forge_log_lines(runner: Service, token: str) -> None:
+    forged = "\nsession 9 (forged): request=1 op=delete sandbox=all"
+    with raw_connection(runner.url, token) as connection:
+        send_request(connection, 1, "get", {"sandbox": "x" + forged}, 0)
+        send_request(connection, 2, "op" + forged, {}, 0)
+        assert [header["ok"] for header in responses(connection, 2)] == [False, False]
+        connection.send(wire.encode("bogus" + forged))
+        assert close_code(connection) == wire.CloseCode.PROTOCOL_ERROR
+    escaped = "\\nsession 9 (forged)"  # on the lines of the requests and of the protocol error
+    wait_for(lambda: runner.log().count(escaped) == 3, 10, "the runner logged all three")
+    log = runner.log()
+    assert not [line for line in log.splitlines() if line.startswith("session 9")]
+    assert "sandbox='x\\nsession 9" in log
 
 
 def test_one_log_line_per_command_without_its_content(runner: Service, token: str) -> None:

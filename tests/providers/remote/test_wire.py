@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from websockets.frames import Close
 
-from sandbox_sdk import errors
+from sandbox_sdk import errors, wire
 from sandbox_sdk.providers.remote._errors import closed, from_response
-from sandbox_sdk.runner import security, wire
+from sandbox_sdk.runner.cli import read_tokens
+from sandbox_sdk.wire import security
 
 
 def test_frames_carry_the_version_and_refuse_others() -> None:
@@ -80,3 +83,40 @@ def test_tokens_are_compared_by_digest() -> None:
         security.token_digest("short")
     assert security.is_loopback("127.0.0.2") and security.is_loopback("[::1]")
     assert not security.is_loopback("example.com") and not security.is_loopback("10.0.0.1")
+
+
+def test_bodies_grow_as_they_come_and_hold_a_bounded_amount() -> None:
+    bodies = wire.Bodies(max_open=2, max_buffered=wire.CHUNK_BYTES + 10)
+    bodies.expect(1, 4 * 1024 * 1024)  # announced, not allocated
+    assert bodies.buffered == 0
+    assert bodies.feed(next(wire.chunks(1, bytes(wire.CHUNK_BYTES)))) is None
+    assert bodies.buffered == wire.CHUNK_BYTES
+    bodies.expect(2, 20)
+    with pytest.raises(wire.ProtocolError, match="bodies under way"):
+        bodies.expect(3, 5)
+    with pytest.raises(wire.ProtocolError, match=f"more than {wire.CHUNK_BYTES + 10} bytes"):
+        bodies.feed(next(wire.chunks(2, bytes(20))))
+    bodies.drop(1)  # cancelled: what it held is freed, the rest of it counted and dropped
+    assert bodies.buffered == 0
+    assert bodies.feed(next(wire.chunks(2, bytes(20)))) == (2, bytearray(20))
+    rest = 4 * 1024 * 1024 - wire.CHUNK_BYTES
+    for chunk in wire.chunks(1, bytes(rest)):
+        done = bodies.feed(chunk)
+    assert done == (1, None)
+    assert bodies.buffered == 0 and 1 not in bodies
+
+
+def test_a_body_less_response_needs_no_id_prefix() -> None:
+    assert list(wire.chunks(2**40, b"")) == []
+
+
+def test_a_runner_and_its_clients_have_separate_tokens(tmp_path: Path) -> None:
+    runner, client = "r" * 20, "c" * 20
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(f"# runner-id runner-token client-token\nlaptop {runner} {client}\n")
+    assert read_tokens(tokens) == {"laptop": security.RunnerTokens(runner, client)}
+    tokens.write_text(f"laptop {runner}\n")  # one token for both: refused, saying why
+    with pytest.raises(errors.InvalidArgumentError, match="separate tokens"):
+        read_tokens(tokens)
+    with pytest.raises(errors.InvalidArgumentError, match="must differ"):
+        security.RunnerTokens(runner, runner).check()

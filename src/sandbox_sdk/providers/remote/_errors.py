@@ -5,6 +5,9 @@
 - A closed connection says why in its close code: a refused token is an
   ``AuthenticationError``; everything else (runner gone, frame too large,
   coordinator without that runner) a ``ProviderUnavailableError``.
+- A runner that breaks the protocol (a body over this client's bounds, a
+  frame it cannot parse) is a ``ProviderUnavailableError``; the client
+  closes the connection (1002).
 - A connection that cannot be made (refused, TLS, timeout) is a
   ``ProviderUnavailableError``; a 401/403 at the handshake an ``AuthenticationError``.
 """
@@ -18,9 +21,8 @@ from typing import Any
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 from websockets.frames import Close
 
-from sandbox_sdk import errors
-from sandbox_sdk.runner import wire
-from sandbox_sdk.runner.wire import CloseCode
+from sandbox_sdk import errors, wire
+from sandbox_sdk.wire import CloseCode
 
 _CLOSE_MEANINGS: dict[int, str] = {
     CloseCode.UNAUTHORIZED: "the runner refused the token",
@@ -49,6 +51,11 @@ def closed(close: Close | None, what: str) -> errors.SandboxError:
     if close.code == CloseCode.UNAUTHORIZED:
         return errors.AuthenticationError(f"{what}: {detail}")
     return errors.ProviderUnavailableError(f"{what}: {detail}")
+
+
+def broken(problem: wire.ProtocolError, what: str) -> errors.ProviderUnavailableError:
+    """The typed error for a runner that broke the protocol (this side then closed the connection)."""
+    return errors.ProviderUnavailableError(f"{what}: the runner broke the protocol ({problem}); disconnected")
 
 
 def typed_error(exc: BaseException, what: str) -> errors.SandboxError:

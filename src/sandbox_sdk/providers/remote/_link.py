@@ -14,6 +14,12 @@ answers once the command has finished); the body that follows is bounded
 only by the connection's heartbeats, so a slow link never turns a finished
 command into a timeout. A lost connection fails every request in flight
 with ``ProviderUnavailableError``; the next request dials again.
+
+What a runner announces is taken only up to this client's own bounds
+(:data:`MAX_OUTPUT_BYTES`, :data:`MAX_CONCURRENT`, and the frame limit of
+:func:`~sandbox_sdk.wire.dial`), and a response body is a buffer that
+grows as its chunks come: a runner that lies about its limits or announces
+a huge body gets the connection closed, never this process's memory.
 """
 
 from __future__ import annotations
@@ -31,14 +37,16 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 from websockets.asyncio.client import ClientConnection
-from websockets.frames import Close
 
-from sandbox_sdk import errors
-from sandbox_sdk.providers.remote._errors import closed, from_response, translate_errors
-from sandbox_sdk.runner import wire
+from sandbox_sdk import errors, wire
+from sandbox_sdk.providers.remote._errors import broken, closed, from_response, translate_errors
 
 #: Seconds ``close`` waits for the connection and the loop thread to end.
 CLOSE_TIMEOUT = 5.0
+#: The most output per command this client takes, whatever the runner announces.
+MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+#: The most requests this client keeps in flight on one connection, likewise.
+MAX_CONCURRENT = 256
 
 
 class Request(NamedTuple):
@@ -174,6 +182,7 @@ class _Connection:
         self._pending: dict[int, _Pending] = {}
         self._bodies = wire.Bodies()
         self._slots = asyncio.Semaphore(limits.max_concurrent)
+        self._sending_chunked = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
         self.lost: errors.SandboxError | None = None
         self._reader = asyncio.create_task(self._read())
@@ -188,7 +197,7 @@ class _Connection:
                 welcome = wire.decode(await asyncio.wait_for(websocket.recv(), timeout))
                 if welcome["type"] != "welcome":
                     raise wire.ProtocolError(f"expected welcome, got {welcome['type']}")
-                limits = wire.Limits.model_validate(welcome.get("limits"))
+                limits = own_bounds(wire.Limits.model_validate(welcome.get("limits")))
             except ValidationError as exc:
                 await websocket.close()
                 raise wire.ProtocolError(f"a welcome with invalid limits: {exc}") from None
@@ -209,12 +218,22 @@ class _Connection:
             raise errors.InvalidArgumentError(f"{request.op}: arguments must be JSON: {exc}") from None
         await self._slots.acquire()  # released when the response is in (or the connection lost)
         pending = self._pending[request_id] = _Pending(request.op)
-        sending = self._spawn(wire.send(self._ws, header, request_id, request.body))
+        sending = self._spawn(self._send(header, request_id, request.body))
         try:
             return await self._exchange(request, pending, sending)
         except BaseException:
             self._abandon(request_id, pending, sending)
             raise
+
+    async def _send(self, header: str, request_id: int, body: bytes) -> None:
+        """A request; those whose body takes several chunks go one at a time,
+        as the runner holds at most two commands' worth of bodies under way
+        (one chunk is a whole body, so small requests never wait for them)."""
+        if len(body) <= wire.CHUNK_BYTES:
+            await wire.send(self._ws, header, request_id, body)
+            return
+        async with self._sending_chunked:
+            await wire.send(self._ws, header, request_id, body)
 
     async def _exchange(self, request: Request, pending: _Pending, sending: asyncio.Task[None]) -> Reply:
         with translate_errors(request.op):
@@ -249,10 +268,11 @@ class _Connection:
         return task
 
     async def _read(self) -> None:
+        problem: wire.ProtocolError | None = None
         try:
-            await wire.read_frames(self._ws, self._receive)
+            problem = await wire.read_frames(self._ws, self._receive)
         finally:
-            self._lose(self._ws.protocol.close_rcvd)
+            self._lose(problem)
 
     def _receive(self, message: str | bytes) -> None:
         if isinstance(message, bytes):
@@ -267,7 +287,9 @@ class _Connection:
             raise wire.ProtocolError(f"unexpected {frame['type']} frame (request {request_id})")
         size = wire.field(frame, "size", int)
         if not 0 <= size <= 3 * self.limits.max_output_bytes:  # UTF-8 of the capped output
-            raise wire.ProtocolError(f"a response body of {size} bytes")
+            raise wire.ProtocolError(
+                f"a response body of {size} bytes, over 3 x max_output_bytes={self.limits.max_output_bytes}"
+            )
         pending.header = frame
         pending.started.set()
         if size:
@@ -286,13 +308,30 @@ class _Connection:
         else:
             pending.reply.set_exception(from_response(header.get("error") or {}, pending.what))
 
-    def _lose(self, close: Close | None) -> None:
-        self.lost = closed(close, "request")
+    def _lose(self, problem: wire.ProtocolError | None) -> None:
+        """Fail every request in flight: the runner broke the protocol
+        (``problem``; this side closed the connection), or the connection closed."""
+        close = self._ws.protocol.close_rcvd
+
+        def error(what: str) -> errors.SandboxError:
+            return broken(problem, what) if problem is not None else closed(close, what)
+
+        self.lost = error("request")
         for pending in self._pending.values():
-            pending.fail(closed(close, pending.what))
+            pending.fail(error(pending.what))
             self._slots.release()
         self._pending.clear()
 
     async def close(self) -> None:
         await self._ws.close()
         await self._reader
+
+
+def own_bounds(limits: wire.Limits) -> wire.Limits:
+    """``limits`` as announced, but no larger than this client's own bounds."""
+    return limits.model_copy(
+        update={
+            "max_output_bytes": min(limits.max_output_bytes, MAX_OUTPUT_BYTES),
+            "max_concurrent": min(limits.max_concurrent, MAX_CONCURRENT),
+        }
+    )

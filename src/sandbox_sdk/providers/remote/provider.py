@@ -15,7 +15,7 @@ from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.provider_kit.host_state import SETUP_TIMEOUT
 from sandbox_sdk.providers.remote._link import Link, Reply, Request
 from sandbox_sdk.providers.remote.sandbox import RemoteSandbox
-from sandbox_sdk.runner import security
+from sandbox_sdk.wire import security
 
 #: Where the provider reads the runner's URL when none is given.
 URL_ENV = "SANDBOX_SDK_REMOTE_URL"
@@ -24,7 +24,7 @@ URL_ENV = "SANDBOX_SDK_REMOTE_URL"
 class RemoteProvider(SandboxProvider[RemoteSandbox]):
     """Sandboxes of one runner. ``url`` is the runner's own (``ws://HOST:PORT``
     of ``--listen``) or a coordinator's for it (``wss://HOST/client/<runner-id>``);
-    ``token`` is the runner's shared secret (default: ``$SANDBOX_SDK_RUNNER_TOKEN``).
+    ``token`` is the runner's client token (default: ``$SANDBOX_SDK_CLIENT_TOKEN``).
     ``cafile`` trusts a self-signed certificate; ``tls`` replaces the whole
     TLS context. ``request_timeout`` bounds a lifecycle request (``create``
     with ``setup`` gets the setup's time on top).
@@ -46,11 +46,13 @@ class RemoteProvider(SandboxProvider[RemoteSandbox]):
         request_timeout: float = 60.0,
     ) -> None:
         url = url or os.environ.get(URL_ENV)
-        token = token or os.environ.get(security.TOKEN_ENV)
+        token = token or os.environ.get(security.CLIENT_TOKEN_ENV)
         if not url:
             raise errors.ProviderUnavailableError(f"no runner URL: pass url= or set {URL_ENV}")
         if not token:
-            raise errors.AuthenticationError(f"no runner token: pass token= or set {security.TOKEN_ENV}")
+            raise errors.AuthenticationError(
+                f"no client token: pass token= or set {security.CLIENT_TOKEN_ENV}"
+            )
         context = tls if tls is not None else security.client_context(url, cafile)
         self._link = Link(url, token, tls=context, connect_timeout=connect_timeout)
         self.url = url

@@ -1,7 +1,11 @@
 """Tokens and TLS for the runner, the coordinator and the client.
 
-A token is a shared secret per runner. Both ends keep only its SHA-256 and
-compare digests with :func:`hmac.compare_digest`: constant time, and equal
+A runner has two secrets (:class:`RunnerTokens`): the *runner token*, with
+which it registers at a coordinator, and the *client token*, which its
+clients present. They differ, so a client cannot register as the runner at
+the coordinator (while the real one is away) and receive the next
+clients' commands. Whoever checks a token keeps only its SHA-256 and
+compares digests with :func:`hmac.compare_digest`: constant time, and equal
 lengths whatever was presented, so neither the token's content nor its
 length leaks through timing.
 """
@@ -13,20 +17,41 @@ import hmac
 import ipaddress
 import logging
 import ssl
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from sandbox_sdk import errors
 
-#: Where the runner and the client read the token when none is given.
+#: Where the runner reads its runner token when none is given.
 TOKEN_ENV = "SANDBOX_SDK_RUNNER_TOKEN"
+#: Where the runner and the client read the client token when none is given.
+CLIENT_TOKEN_ENV = "SANDBOX_SDK_CLIENT_TOKEN"
 #: Shortest token accepted: ``secrets.token_urlsafe(32)`` gives 43 characters.
 MIN_TOKEN_CHARS = 16
+
+
+class RunnerTokens(NamedTuple):
+    """A runner's two secrets: ``runner`` registers it at a coordinator,
+    ``client`` is what its clients present."""
+
+    runner: str
+    client: str
+
+    def check(self) -> None:
+        """Both long enough (:func:`token_digest`), and not the same."""
+        token_digest(self.runner)
+        token_digest(self.client)
+        if self.runner == self.client:
+            raise errors.InvalidArgumentError(
+                "the runner token and the client token must differ: a client holding the runner "
+                "token could register as the runner at the coordinator"
+            )
 
 
 def token_digest(token: str) -> bytes:
     if len(token) < MIN_TOKEN_CHARS:
         raise errors.InvalidArgumentError(
-            f"a runner token must have at least {MIN_TOKEN_CHARS} characters; make one with "
+            f"a token must have at least {MIN_TOKEN_CHARS} characters; make one with "
             "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
         )
     return hashlib.sha256(token.encode("utf-8")).digest()

@@ -1,5 +1,8 @@
 """The remote runner's wire protocol, version 1: JSON frames and binary chunks
-over one WebSocket (docs/remote.md has the whole picture).
+over one WebSocket (docs/remote.md has the whole picture). It lies below
+both ends, the runner and coordinator (:mod:`sandbox_sdk.runner`) and the
+client (:mod:`sandbox_sdk.providers.remote`), with their tokens and TLS
+(:mod:`sandbox_sdk.wire.security`), so neither borrows from the other.
 
 Text frames are JSON objects ``{"v": 1, "type": ..., ...}``; a frame of
 another version is refused, so a future version can change anything else:
@@ -22,7 +25,8 @@ they are (no base64, no JSON escaping), and the chunks of concurrent
 requests interleave, so a large transfer never holds up a small command.
 Every request gets exactly one response, a cancelled one too, so both sides
 always know which chunks to expect. Ids are the client's, unique per
-connection. Connection-level failures are close codes (:class:`CloseCode`).
+connection, from 0 to :data:`MAX_REQUEST_ID` (what the 4-byte prefix holds).
+Connection-level failures are close codes (:class:`CloseCode`).
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ PING_TIMEOUT = 20.0
 CANCELLED = "Cancelled"
 
 _ID = struct.Struct(">I")
+#: The largest request id: a chunk's prefix holds no larger.
+MAX_REQUEST_ID = 2**32 - 1
 T = TypeVar("T")
 
 
@@ -126,6 +132,8 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
 
 
 def chunks(request_id: int, body: bytes) -> Iterator[bytes]:
+    if not body:
+        return  # none, and no prefix: a response to an id out of range has no body
     prefix = _ID.pack(request_id)
     view = memoryview(body)
     for start in range(0, len(view), CHUNK_BYTES):
@@ -170,10 +178,21 @@ async def send(connection: Connection, header: str, request_id: int, body: bytes
 
 class Bodies:
     """Bodies arriving in chunks, by request id; each is kept (or, for a
-    refused request, counted and dropped) until its announced size is in."""
+    refused or cancelled request, counted and dropped) until its announced
+    size is in.
 
-    def __init__(self) -> None:
+    An announced size is only a ceiling: a buffer grows as its chunks come,
+    so announcing costs the peer nothing it could make this side hold. What
+    the peer can make it hold is bounded too: at most ``max_open`` bodies
+    under way and ``max_buffered`` bytes of them kept (``None``: no bound);
+    past either, :class:`ProtocolError`."""
+
+    def __init__(self, *, max_open: int | None = None, max_buffered: int | None = None) -> None:
         self._open: dict[int, _Body] = {}
+        self._max_open = max_open
+        self._max_buffered = max_buffered
+        #: Bytes of unfinished bodies held.
+        self.buffered = 0
 
     def __contains__(self, request_id: int) -> bool:
         return request_id in self._open
@@ -181,7 +200,16 @@ class Bodies:
     def expect(self, request_id: int, size: int, *, keep: bool = True) -> None:
         if request_id in self._open:
             raise ProtocolError(f"request {request_id} already has a body under way")
-        self._open[request_id] = _Body(bytearray(size) if keep else None, size)
+        if self._max_open is not None and len(self._open) >= self._max_open:
+            raise ProtocolError(f"more than {self._max_open} bodies under way")
+        self._open[request_id] = _Body(bytearray() if keep else None, size)
+
+    def drop(self, request_id: int) -> None:
+        """Free what ``request_id``'s body holds; the rest of it is counted and dropped."""
+        body = self._open.get(request_id)
+        if body is not None and body.buffer is not None:
+            self.buffered -= len(body.buffer)
+            body.buffer = None
 
     def feed(self, frame: bytes) -> tuple[int, bytearray | None] | None:
         """Take one binary frame; a body it completes is returned with its id
@@ -192,15 +220,21 @@ class Bodies:
         body = self._open.get(request_id)
         if body is None:
             raise ProtocolError(f"no body expected for request {request_id}")
-        end = body.filled + len(frame) - _ID.size
+        piece = len(frame) - _ID.size
+        end = body.filled + piece
         if end > body.size:
             raise ProtocolError(f"request {request_id}: more body than announced")
         if body.buffer is not None:
-            body.buffer[body.filled : end] = memoryview(frame)[_ID.size :]
+            if self._max_buffered is not None and self.buffered + piece > self._max_buffered:
+                raise ProtocolError(f"more than {self._max_buffered} bytes of bodies under way")
+            body.buffer += memoryview(frame)[_ID.size :]
+            self.buffered += piece
         body.filled = end
         if end < body.size:
             return None
         del self._open[request_id]
+        if body.buffer is not None:
+            self.buffered -= body.size
         return request_id, body.buffer
 
 
