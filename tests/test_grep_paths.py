@@ -26,6 +26,8 @@ import pytest
 from sandbox_sdk import BaseSandbox, GrepResult
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
+from sandbox_sdk.remote import grep as script
+from sandbox_sdk.remote._runtime import b64, unb64
 
 NEEDLE = "needle"
 #: The sandbox's interpreter itself (``python3`` on the host may be a shim that needs more of ``PATH``).
@@ -620,3 +622,68 @@ def test_the_shell_path_leaves_the_script_out_until_it_is_known_missing(tmp_path
     sandbox.grep(NEEDLE, "tree")
     ((again, _),) = sandbox.calls
     assert len(again) > 4096 and shell_form(again) == "direct"
+
+
+def test_a_pattern_over_an_arguments_limit_is_searched(sandboxes: dict[str, Counting], root: Path) -> None:
+    """Linux refuses an argument over 128 KiB: the script searches a longer
+    pattern in Python (the shell path leaves it to the script, which gets
+    its arguments on standard input), not with its GNU grep."""
+    pattern = "z" * 200_000
+    (root / "tree" / "long.txt").write_text(f"a {pattern} b\n{pattern[1:]}\n")
+    results = search_all(sandboxes, pattern)
+    assert results["shell"] == results["script"] == results["walk"] == results["failing"]
+    assert [(m.path, m.line_number, m.line_truncated) for m in results["shell"].matches] == [
+        ("tree/long.txt", 1, True)
+    ]
+    assert len(sandboxes["shell"].calls) == 1
+
+
+@pytest.mark.slow
+def test_a_line_of_100_mb_is_answered_within_a_providers_timeout(root: Path) -> None:
+    """The review's case: a match in a line of 100 MB timed out at 30 s (the
+    script took its GNU grep's line by copying and searching all it had
+    read once per block: minutes); it is answered well within (the provider
+    cuts grep's output, the script reads the line once)."""
+    half = 50 * 1000 * 1000
+    (root / "big").mkdir()
+    (root / "big" / "big.txt").write_bytes(b"x" * half + NEEDLE.encode() + b"y" * half + b"\n")
+    sandbox = Counting(root)
+    sandbox.operation_timeout = 30.0
+    found = sandbox.grep(NEEDLE, "big")
+    assert [(m.path, m.line_truncated, m.line) for m in found.matches] == [("big/big.txt", True, "x" * 1000)]
+
+
+def test_the_scripts_grep_records_span_read_blocks(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The script reads its GNU grep's records in blocks, and a record may
+    span many (a long name, a line of megabytes), each looked through once:
+    read 7 bytes at a time, they give what whole blocks and the Python walk
+    give."""
+    tree = root / "tree"
+    (tree / "long.txt").write_bytes(b"x" * 300_000 + NEEDLE.encode() + b"\n" + NEEDLE.encode() + b"\n")
+    args = {
+        "path": b64(os.fsencode(tree)),
+        "pattern": b64(NEEDLE.encode()),
+        "fixed_strings": True,
+        "ignore_case": False,
+        "glob": None,
+        "max_matches": 1000,
+        "max_line_bytes": 1000,
+        "budget": 10**6,
+    }
+    taken: list[int] = []
+    take = script.Replay.take
+
+    def counted(replay: script.Replay, fd: int) -> bool:
+        taken.append(fd)
+        return take(replay, fd)
+
+    monkeypatch.setattr(script.Replay, "take", counted)
+    whole = script.grep(args, [])
+    monkeypatch.setattr(script, "READ_BLOCK", 7)
+    assert script.grep(args, []) == whole and len(taken) == 2
+    monkeypatch.setattr(script, "find_program", lambda name: None)
+    assert script.grep(args, []) == whole and len(taken) == 2
+    long = [
+        (number, cut) for path, number, _, cut in whole[0]["matches"] if unb64(path).endswith(b"/long.txt")
+    ]
+    assert long == [(1, True), (2, False)]
