@@ -608,6 +608,32 @@ class SandboxConformanceTests(SandboxSuite):
         assert handed == sandbox.grep(re.escape(pattern), root, fixed_strings=False)
         assert handed.matches == found["all"].matches
 
+    def test_grep_a_garbled_reply_is_not_a_result(
+        self, sandbox: BaseSandbox, workdir: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """GNU grep's lines come with their MD5, computed in the sandbox: a
+        character of them changed in transit sends the search to the script,
+        whose answer is the result (docs/protocol.md, "grep")."""
+        sandbox.write(self.p(workdir, "a.txt"), "one needle\ntwo\nthree needle\n")
+        expected = sandbox.grep("needle", workdir)
+        execute = sandbox.execute
+        garbled: list[str] = []
+
+        def garbling(command: str, *, timeout: float | None = None) -> ExecuteResponse:
+            response = execute(command, timeout=timeout)
+            at = response.output.find("three needle")  # in GNU grep's lines, not in a frame's base64
+            if garbled or at < 0:
+                return response
+            garbled.append(response.output)
+            return response.model_copy(
+                update={"output": response.output[:at] + "T" + response.output[at + 1 :]}
+            )
+
+        monkeypatch.setattr(sandbox, "execute", garbling)
+        assert sandbox.grep("needle", workdir) == expected
+        if not garbled:
+            pytest.skip("no grep was answered by GNU grep without an interpreter here")
+
     def test_grep_patterns_no_argument_holds(self, sandbox: BaseSandbox, workdir: str) -> None:
         """A pattern with a NUL, or over Linux's 128 KiB for one argument, is
         searched for itself (by the script, in Python), in a file large
