@@ -265,7 +265,7 @@ def test_walk_keys_are_walk_key_for_one_directory_at_once() -> None:
 def shell_grep(root: bytes, max_matches: int = 1000, budget: int = 10**6) -> ShellGrepCall:
     args = {"pattern": "bg==", "path": "", "glob": None, "max_matches": max_matches,
             "max_line_bytes": 1000, "budget": budget}  # fmt: skip
-    return ShellGrepCall(GREP(args, what="grep"), "grep", b"n", root, None, "direct")
+    return ShellGrepCall(GREP(args, what="grep"), "grep", b"n", root, None)
 
 
 @pytest.mark.parametrize("cap", [1000, 2])

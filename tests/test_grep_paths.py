@@ -1,8 +1,7 @@
 """grep's ways of searching give the same result on the same tree:
 
 - **shell**: GNU grep run by bash alone, no interpreter (a fixed string),
-  in its guarded form (a sandbox's first grep) and its direct one (bash
-  execs grep; the greps after a first one that grep answered);
+  its lines taken with their MD5;
 - **script**: the ``grep`` script running GNU grep with an argument vector
   over the files its walk found (here: a grep that refuses ``-r``, so the
   shell path hands over to the script in the same round trip);
@@ -15,6 +14,7 @@ unreadable directory or file, a name that is not UTF-8)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -26,6 +26,8 @@ import pytest
 from sandbox_sdk import BaseSandbox, GrepResult
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
+from sandbox_sdk.remote import grep as script
+from sandbox_sdk.remote._runtime import b64, unb64
 
 NEEDLE = "needle"
 #: The sandbox's interpreter itself (``python3`` on the host may be a shim that needs more of ``PATH``).
@@ -43,6 +45,10 @@ DROP_ROOT_READ = (
 #: binary at the first one that holds a NUL; the script at a NUL in the
 #: first 8 KiB.
 PAST_GREPS_BUFFER = 200_000
+
+
+#: What the shell path runs besides bash and grep.
+SHELL_TOOLS = ("sed", "md5sum")
 
 
 class Counting(LocalSandbox):
@@ -137,7 +143,8 @@ def sandboxes(tmp_path: Path, root: Path) -> dict[str, Counting]:
         scripts = {"python3": f'#!/bin/sh\necho run >> "{tmp_path}/python-runs"\nexec {PYTHON3} "$@"\n'}
         if grep is not None:
             scripts["grep"] = grep(tmp_path / "grep-runs")
-        (folder / "sed").symlink_to(shutil.which("sed") or "/bin/sed")
+        for tool in SHELL_TOOLS:
+            (folder / tool).symlink_to(shutil.which(tool) or f"/bin/{tool}")
         if DROP_ROOT_READ:
             scripts["bash"] = f'#!/bin/sh\nexec {DROP_ROOT_READ}{shutil.which("bash")} "$@"\n'
         else:
@@ -149,24 +156,9 @@ def sandboxes(tmp_path: Path, root: Path) -> dict[str, Counting]:
     return made
 
 
-#: The shell path's two forms: a sandbox's first grep is guarded; once one
-#: was answered, bash execs GNU grep itself.
-FORMS = ["guarded", "direct"]
-
-
-def take_form(sandbox: Counting, form: str, tmp_path: Path) -> None:
-    """Put ``sandbox``'s next grep in ``form``: for ``direct``, a first grep
-    that GNU grep answers (then forgotten: its calls and runs)."""
-    if form == "direct":
-        assert sandbox.grep(NEEDLE, "tree").matches
-        sandbox.calls.clear()
-        for log in ("grep-runs", "python-runs"):
-            (tmp_path / log).unlink(missing_ok=True)
-
-
-def shell_form(command: str) -> str:
-    """Which form a shell grep's command took."""
-    return "direct" if "exec grep " in command else "guarded" if "| LC_ALL=C sed " in command else "none"
+def is_shell(command: str) -> bool:
+    """Whether a command is a shell grep's (GNU grep, then the script if it must)."""
+    return "| md5sum;" in command
 
 
 def runs(tmp_path: Path, program: str) -> list[str]:
@@ -198,27 +190,14 @@ CASES = [
 ]
 
 
-#: The cases whose every match GNU grep prints within the provider's output
-#: (the others go to the script): the direct form cuts them at the cap itself.
-CAPPED = {"cap-1", "cap-5", "cap-17"}
-
-
-@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize(("pattern", "options"), CASES)
 def test_every_way_finds_the_same(
-    sandboxes: dict[str, Counting],
-    root: Path,
-    tmp_path: Path,
-    pattern: str,
-    options: dict[str, object],
-    form: str,
+    sandboxes: dict[str, Counting], root: Path, pattern: str, options: dict[str, object]
 ) -> None:
-    take_form(sandboxes["shell"], form, tmp_path)
     results = search_all(sandboxes, pattern, **options)
     assert results["shell"] == results["script"] == results["walk"] == results["failing"]
     assert not (root / "tree" / "pwned").exists() and not (root / "pwned").exists()
-    ((command, _),) = sandboxes["shell"].calls
-    assert shell_form(command) in (form, "none")
+    assert len(sandboxes["shell"].calls) == 1
 
 
 #: The cases GNU grep alone answers. In the others the script takes over:
@@ -242,49 +221,26 @@ SHELL_CASES = [
 ]
 
 
-@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize(("pattern", "options"), SHELL_CASES)
 def test_the_shell_path_needs_no_interpreter(
-    sandboxes: dict[str, Counting], tmp_path: Path, pattern: str, options: dict[str, object], form: str
+    sandboxes: dict[str, Counting], tmp_path: Path, pattern: str, options: dict[str, object]
 ) -> None:
-    """On this tree, GNU grep alone finds the result: one round trip, no
-    ``python3`` (in the direct form, capped cases too: the client cuts)."""
-    take_form(sandboxes["shell"], form, tmp_path)
+    """On this tree, GNU grep alone finds the result: one round trip, no ``python3``."""
     sandboxes["shell"].grep(pattern, "tree", **options)  # type: ignore[arg-type]
     assert [line.split()[0] for line in runs(tmp_path, "grep")] == ["-r"]
     assert runs(tmp_path, "python") == []
 
 
-@pytest.mark.parametrize(("pattern", "options"), [case for case in CASES if case.id in CAPPED])
-def test_the_direct_form_cuts_at_the_cap_itself(
-    sandboxes: dict[str, Counting], tmp_path: Path, pattern: str, options: dict[str, object]
-) -> None:
-    """Past the cap, the guarded form hands over to the script (sed stops
-    grep); the direct form has every line grep printed and cuts them in walk
-    order: no interpreter, one round trip."""
-    take_form(sandboxes["shell"], "direct", tmp_path)
-    found = sandboxes["shell"].grep(pattern, "tree", **options)  # type: ignore[arg-type]
-    assert runs(tmp_path, "python") == [] and len(sandboxes["shell"].calls) == 1
-    assert found.truncated and found == sandboxes["walk"].grep(pattern, "tree", **options)  # type: ignore[arg-type]
-
-
-def test_the_direct_form_is_gnu_grep_in_bashs_place(sandboxes: dict[str, Counting], tmp_path: Path) -> None:
-    """A first grep that GNU grep answered makes the next one direct: bash
-    execs grep (it is the process the provider started: its parent is this
-    one) and nothing is printed but grep's records; the guarded form runs
-    grep in a pipeline below bash."""
-    log = tmp_path / "parents"
-    folder = tmp_path / "bin-parent"
-    shutil.copytree(tmp_path / "bin-shell", folder, symlinks=True)
-    (folder / "grep").write_text(f'#!/bin/sh\necho "$PPID" >> "{log}"\nexec {GREP} "$@"\n')
-    sandbox = Counting(sandboxes["shell"].root_dir, env={"PATH": str(folder)})
-    first, second = sandbox.grep(NEEDLE, "tree"), sandbox.grep(NEEDLE, "tree")
-    assert first == second == sandboxes["walk"].grep(NEEDLE, "tree")
-    assert [shell_form(command) for command, _ in sandbox.calls] == ["guarded", "direct"]
-    guarded_parent, direct_parent = map(int, log.read_text().split())
-    assert direct_parent == os.getpid() != guarded_parent
-    output = sandbox.calls[1][1].output
-    assert output.startswith("tree/") and "@@SANDBOX_SDK" not in output
+def test_grep_lines_come_with_their_md5(sandboxes: dict[str, Counting]) -> None:
+    """What a shell grep prints is grep's lines, once grep is done, then
+    their MD5 and the marker: nothing else, nothing while grep runs."""
+    found = sandboxes["shell"].grep(NEEDLE, "tree")
+    assert found == sandboxes["walk"].grep(NEEDLE, "tree")
+    ((command, response),) = sandboxes["shell"].calls
+    lines, digest, marker = response.output.encode("utf-8", "surrogateescape").rsplit(b"\n", 3)[:3]
+    assert lines.startswith(b"tree/") and marker.split()[0] == b"@@SANDBOX_SDK_GREP"
+    assert marker.split()[1] in command.encode()
+    assert digest == hashlib.md5(lines + b"\n").hexdigest().encode() + b"  -"
 
 
 def test_the_result_is_what_the_walk_finds(sandboxes: dict[str, Counting]) -> None:
@@ -322,28 +278,27 @@ def test_the_result_is_what_the_walk_finds(sandboxes: dict[str, Counting]) -> No
 
 
 def test_caps_cut_where_the_walk_would(sandboxes: dict[str, Counting]) -> None:
-    """The first grep is guarded, the capped ones after it direct."""
+    """Past the cap, sed stops grep and the script answers, in the same round trip."""
     full = sandboxes["shell"].grep(NEEDLE, "tree").matches
     for cap in (1, 4, len(full) - 1):
         cut = sandboxes["shell"].grep(NEEDLE, "tree", max_matches=cap)
         assert cut.truncated and cut.matches == full[:cap]
         assert cut == sandboxes["walk"].grep(NEEDLE, "tree", max_matches=cap)
+    assert len(sandboxes["shell"].calls) == 4
 
 
-@pytest.mark.parametrize("form", FORMS)
-def test_the_output_budget_cuts_where_the_walk_would(root: Path, tmp_path: Path, form: str) -> None:
+def test_the_output_budget_cuts_where_the_walk_would(root: Path) -> None:
     """A small ``max_output_bytes``: grep's raw output is cut by the provider,
     the script searches again within its budget."""
     for i in range(30):
         (root / "wide" / f"f{i}.txt").parent.mkdir(exist_ok=True)
         (root / "wide" / f"f{i}.txt").write_text(f"{NEEDLE} {'x' * 2000}\n")
     small = {name: Counting(root, max_output_bytes=20_000) for name in ("shell", "walk")}
-    take_form(small["shell"], form, tmp_path)
     shell = small["shell"].grep(NEEDLE, "wide")
     walk = small["walk"].grep(NEEDLE, "wide", fixed_strings=False)
     assert shell.truncated and shell == walk
     assert [response.truncated for _, response in small["shell"].calls] == [True, False]
-    assert shell_form(small["shell"].calls[0][0]) == form
+    assert is_shell(small["shell"].calls[0][0])
 
 
 def test_ignore_case_and_regex_use_the_script(sandboxes: dict[str, Counting], tmp_path: Path) -> None:
@@ -402,22 +357,13 @@ TRIGGERS = [
 ]
 
 
-@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize(("make", "round_trips"), TRIGGERS)
 def test_the_shell_path_hands_over_to_the_script(
-    sandboxes: dict[str, Counting],
-    root: Path,
-    tmp_path: Path,
-    make: Callable[[Path], None],
-    round_trips: int,
-    form: str,
+    sandboxes: dict[str, Counting], root: Path, tmp_path: Path, make: Callable[[Path], None], round_trips: int
 ) -> None:
-    """The guarded form hands over in the same round trip (where the bytes
-    came back whole); the direct form in a second one, and the sandbox's
-    greps are guarded from then on."""
+    """In the same round trip, where the bytes came back whole; else in a second one."""
     if make in (make_unreadable_dir, make_unreadable_file) and os.geteuid() == 0 and not DROP_ROOT_READ:
         pytest.skip("root reads everything and setpriv is missing")
-    take_form(sandboxes["shell"], form, tmp_path)
     make(root / "tree")
     try:
         results = search_all(sandboxes, NEEDLE)
@@ -426,11 +372,8 @@ def test_the_shell_path_hands_over_to_the_script(
             if locked.exists():
                 locked.chmod(0o755)
     assert results["shell"] == results["script"] == results["walk"] == results["failing"]
-    assert len(sandboxes["shell"].calls) == (round_trips if form == "guarded" else 2)
+    assert len(sandboxes["shell"].calls) == round_trips
     assert runs(tmp_path, "grep")[0].split()[0] == "-r"
-    sandboxes["shell"].calls.clear()
-    assert sandboxes["shell"].grep(NEEDLE, "tree/sub") == sandboxes["walk"].grep(NEEDLE, "tree/sub")
-    assert [shell_form(command) for command, _ in sandboxes["shell"].calls] == ["guarded"]
     found = results["shell"]
     if make is make_binary_match:
         assert found.skipped_binary == 1
@@ -462,27 +405,23 @@ def test_a_message_among_the_lines_sends_the_search_to_the_script(
     assert len(old_grep.calls) == 1 and "@@SANDBOX_SDK_GREP_FALLBACK" in old_grep.calls[0][1].output
 
 
-@pytest.mark.parametrize("form", FORMS)
-def test_no_value_is_in_the_command(
-    sandboxes: dict[str, Counting], root: Path, tmp_path: Path, form: str
-) -> None:
+def test_no_value_is_in_the_command(sandboxes: dict[str, Counting], root: Path) -> None:
     """The pattern, the root and the glob reach grep as arguments, never as
     command text (the script's payload holds them as base64)."""
-    take_form(sandboxes["shell"], form, tmp_path)
     pattern, folder, glob = "'$(needle)\"", "we'i$(rd)", "*'$(x)\".py"
     (root / folder).mkdir()
     (root / folder / "f'$(x)\".py").write_text(f"a {pattern} b\n")
     found = sandboxes["shell"].grep(pattern, folder, glob=glob)
     assert [m.line for m in found.matches] == [f"a {pattern} b"]
     command = sandboxes["shell"].calls[0][0]
-    assert len(sandboxes["shell"].calls) == 1 and shell_form(command) == form
+    assert len(sandboxes["shell"].calls) == 1 and is_shell(command)
     assert not any(value in command for value in (pattern, folder, glob, "needle", "rd)", "x)"))
 
 
 def test_without_python3_gnu_grep_still_searches(root: Path, tmp_path: Path) -> None:
     folder = tmp_path / "bin-bare"
     folder.mkdir()
-    for program in ("bash", "grep", "sed"):
+    for program in ("bash", "grep", *SHELL_TOOLS):
         (folder / program).symlink_to(shutil.which(program) or program)
     found = LocalSandbox(root, env={"PATH": str(folder)}).grep(NEEDLE, "tree")
     assert len(found.matches) > 10
@@ -559,19 +498,23 @@ class Decoding(BaseSandbox):
         return ExecuteResponse(output=output, exit_code=done.returncode)
 
 
-@pytest.mark.parametrize(("errors", "trips"), [("surrogateescape", 1), ("replace", 1), ("ignore", 2)])
-def test_how_the_provider_decodes_is_learned_from_the_probe(tmp_path: Path, errors: str, trips: int) -> None:
-    """Bytes kept or replaced: GNU grep's output is taken (one round trip).
-    Dropped: nothing lost can be seen, so the script searches, then and
-    from then on in one round trip."""
+@pytest.mark.parametrize(("errors", "trips"), [("surrogateescape", 1), ("replace", 2), ("ignore", 2)])
+def test_bytes_the_provider_did_not_keep_send_the_search_to_the_script(
+    tmp_path: Path, errors: str, trips: int
+) -> None:
+    """GNU grep's lines are taken only as the bytes sed printed (their MD5):
+    a byte that is not UTF-8, replaced or dropped as the provider decodes
+    it, sends the search to the script in a second round trip; UTF-8 text
+    is taken however the provider decodes."""
     (tmp_path / "a.txt").write_text(f"one {NEEDLE}\ntwo\n{NEEDLE} three\n")
+    (tmp_path / "b.txt").write_bytes(NEEDLE.encode() + b" \xff\n")
     sandbox = Decoding(tmp_path, errors)
-    expected = LocalSandbox(tmp_path).grep(NEEDLE, ".")
-    assert len(expected.matches) == 2
-    assert sandbox.grep(NEEDLE, ".") == expected
-    assert sandbox.calls == trips
-    assert sandbox.grep(NEEDLE, ".") == expected
-    assert sandbox.calls == trips + 1
+    for path, round_trips in ((".", trips), ("a.txt", 1)):
+        expected = LocalSandbox(tmp_path).grep(NEEDLE, path)
+        sandbox.calls = 0
+        assert sandbox.grep(NEEDLE, path) == expected
+        assert sandbox.calls == round_trips
+    assert [m.line for m in LocalSandbox(tmp_path).grep(NEEDLE, "b.txt").matches] == [f"{NEEDLE} \ufffd"]
 
 
 def test_the_script_starts_grep_only_for_files_worth_its_start(
@@ -607,16 +550,154 @@ def test_the_shell_path_leaves_the_script_out_until_it_is_known_missing(tmp_path
     sandbox = Counting(root)
     sandbox.scratch_dir = str(tmp_path / "fresh-scratch")
     found = sandbox.grep(NEEDLE, "tree")
-    capped = sandbox.grep(NEEDLE, "tree", max_matches=2)  # direct: the client cuts grep's lines
-    assert capped.truncated and capped.matches == found.matches[:2]
-    assert all(len(command) < 4096 for command, _ in sandbox.calls)  # the packed script alone is over 8 KB
-    assert [shell_form(command) for command, _ in sandbox.calls] == ["guarded", "direct"]
+    ((command, _),) = sandbox.calls
+    assert len(command) < 4096 and is_shell(command)  # the packed script alone is over 8 KB
     sandbox.calls.clear()
     with pytest.raises(FileNotFoundError):  # no root for grep: the script answers, with the error
         sandbox.grep(NEEDLE, "missing")
     (omitted, response), (full, _) = sandbox.calls
     assert "@@SANDBOX_SDK_NO_SCRIPT" in response.output and len(omitted) < 4096 < len(full)
     sandbox.calls.clear()
-    sandbox.grep(NEEDLE, "tree")
+    assert sandbox.grep(NEEDLE, "tree") == found
     ((again, _),) = sandbox.calls
-    assert len(again) > 4096 and shell_form(again) == "direct"
+    assert len(again) > 4096 and is_shell(again)
+
+
+def test_a_pattern_with_a_nul_is_searched_for_itself(sandboxes: dict[str, Counting], root: Path) -> None:
+    """No argument (nor bash variable) holds a NUL: a pattern with one is the
+    script's, which searches it in Python (a bash variable would end at
+    the NUL, and grep would find what comes before it, on every line that
+    has it)."""
+    tree = root / "tree"
+    # a NUL past 8 KiB is text to the script; over 128 KiB, a batch for its own GNU grep
+    (tree / "late.txt").write_bytes(b"a" * 9000 + b"\nfirst\0line\nfirst line\n" + b"b" * 200_000 + b"\n")
+    results = search_all(sandboxes, "first\0line")
+    assert results["shell"] == results["script"] == results["walk"] == results["failing"]
+    assert [(m.path, m.line_number, m.line) for m in results["shell"].matches] == [
+        ("tree/late.txt", 2, "first\0line")
+    ]
+    assert sandboxes["shell"].grep("first\0line", "tree/plain.txt").matches == []
+
+
+def test_a_pattern_over_an_arguments_limit_is_searched(sandboxes: dict[str, Counting], root: Path) -> None:
+    """Linux refuses an argument over 128 KiB: the script searches a longer
+    pattern in Python (the shell path leaves it to the script, which gets
+    its arguments on standard input), not with its GNU grep."""
+    pattern = "z" * 200_000
+    (root / "tree" / "long.txt").write_text(f"a {pattern} b\n{pattern[1:]}\n")
+    results = search_all(sandboxes, pattern)
+    assert results["shell"] == results["script"] == results["walk"] == results["failing"]
+    assert [(m.path, m.line_number, m.line_truncated) for m in results["shell"].matches] == [
+        ("tree/long.txt", 1, True)
+    ]
+    assert len(sandboxes["shell"].calls) == 1
+
+
+def test_a_line_of_megabytes_is_cut_as_the_script_cuts_it(
+    sandboxes: dict[str, Counting], root: Path, tmp_path: Path
+) -> None:
+    """A line of megabytes: GNU grep's output is cut by the provider, and
+    the script searches (its own GNU grep run takes the line in one pass)
+    and cuts the line as it cuts every long line."""
+    half = 12 * 1024 * 1024
+    (root / "big").mkdir()
+    (root / "big" / "big.txt").write_bytes(b"x" * half + NEEDLE.encode() + b"y" * half + b"\n")
+    results = {name: sandbox.grep(NEEDLE, "big") for name, sandbox in sandboxes.items()}
+    assert results["shell"] == results["script"] == results["walk"] == results["failing"]
+    assert [(m.line_truncated, m.line) for m in results["shell"].matches] == [(True, "x" * 1000)]
+    (shell, cut), (script, answer) = sandboxes["shell"].calls
+    assert is_shell(shell) and cut.truncated and not is_shell(script) and not answer.truncated
+    assert [line.split()[0] for line in runs(tmp_path, "grep")] == ["-r", "-a"]
+
+
+@pytest.mark.slow
+def test_a_line_of_100_mb_is_answered_within_a_providers_timeout(root: Path) -> None:
+    """The review's case: a match in a line of 100 MB timed out at 30 s (the
+    script took its GNU grep's line by copying and searching all it had
+    read once per block: minutes); it is answered well within (the provider
+    cuts grep's output, the script reads the line once)."""
+    half = 50 * 1000 * 1000
+    (root / "big").mkdir()
+    (root / "big" / "big.txt").write_bytes(b"x" * half + NEEDLE.encode() + b"y" * half + b"\n")
+    sandbox = Counting(root)
+    sandbox.operation_timeout = 30.0
+    found = sandbox.grep(NEEDLE, "big")
+    assert [(m.path, m.line_truncated, m.line) for m in found.matches] == [("big/big.txt", True, "x" * 1000)]
+
+
+class Garbling(Counting):
+    """A local sandbox whose first reply to a shell grep has one character
+    changed, at the index ``where`` finds in it (as a transport that garbles
+    a byte would)."""
+
+    def __init__(self, root: Path, where: Callable[[str], int]) -> None:
+        super().__init__(root)
+        self.where = where
+
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        response = super().execute(command, timeout=timeout)
+        if len(self.calls) > 1:
+            return response
+        at = self.where(response.output)
+        output = response.output[:at] + chr(ord(response.output[at]) ^ 1) + response.output[at + 1 :]
+        return response.model_copy(update={"output": output})
+
+
+#: Where a shell grep's reply is garbled: in grep's lines (a line, a name,
+#: a line number), in their MD5, in the marker.
+GARBLED = {
+    "line": lambda output: output.index("twice"),
+    "name": lambda output: output.index("plain.txt"),
+    "number": lambda output: output.index("\0") + 1,
+    "md5": lambda output: output.rindex("  -\n") - 5,
+    "marker": lambda output: output.rindex("@@SANDBOX_SDK_GREP") + 3,
+}
+
+
+@pytest.mark.parametrize("where", GARBLED)
+def test_a_garbled_reply_is_not_taken(sandboxes: dict[str, Counting], root: Path, where: str) -> None:
+    """grep's lines are taken only if their MD5, computed in the sandbox, is
+    theirs: else the script searches, in a second round trip (whose frame
+    has its own check)."""
+    sandbox = Garbling(root, GARBLED[where])
+    found = sandbox.grep(NEEDLE, "tree")
+    assert found == sandboxes["walk"].grep(NEEDLE, "tree")
+    (shell, garbled), (script, _) = sandbox.calls
+    assert is_shell(shell) and not is_shell(script)
+    assert "@@SANDBOX_SDK_GREP_FALLBACK" not in garbled.output
+
+
+def test_the_scripts_grep_records_span_read_blocks(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The script reads its GNU grep's records in blocks, and a record may
+    span many (a long name, a line of megabytes), each looked through once:
+    read 7 bytes at a time, they give what whole blocks and the Python walk
+    give."""
+    tree = root / "tree"
+    (tree / "long.txt").write_bytes(b"x" * 300_000 + NEEDLE.encode() + b"\n" + NEEDLE.encode() + b"\n")
+    args = {
+        "path": b64(os.fsencode(tree)),
+        "pattern": b64(NEEDLE.encode()),
+        "fixed_strings": True,
+        "ignore_case": False,
+        "glob": None,
+        "max_matches": 1000,
+        "max_line_bytes": 1000,
+        "budget": 10**6,
+    }
+    taken: list[int] = []
+    take = script.Replay.take
+
+    def counted(replay: script.Replay, fd: int) -> bool:
+        taken.append(fd)
+        return take(replay, fd)
+
+    monkeypatch.setattr(script.Replay, "take", counted)
+    whole = script.grep(args, [])
+    monkeypatch.setattr(script, "READ_BLOCK", 7)
+    assert script.grep(args, []) == whole and len(taken) == 2
+    monkeypatch.setattr(script, "find_program", lambda name: None)
+    assert script.grep(args, []) == whole and len(taken) == 2
+    long = [
+        (number, cut) for path, number, _, cut in whole[0]["matches"] if unb64(path).endswith(b"/long.txt")
+    ]
+    assert long == [(1, True), (2, False)]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import gc
+import hashlib
 import json
 import posixpath
 import re
@@ -33,7 +34,7 @@ from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -249,13 +250,15 @@ class CommandCall(_ScriptedCall["Reply[V] | None"]):
         return self.timeout
 
 
-#: Printed with the nonce and one byte 0xff after GNU grep's output (see :class:`ShellGrepCall`).
+#: Printed with the nonce after GNU grep's records and their MD5 (see :class:`ShellGrepCall`).
 SHELL_GREP_MARKER = f"{protocol.FRAME_MARKER}_GREP"
 #: Printed with the nonce when the shell grep hands the search over to the script.
 SHELL_GREP_FALLBACK_MARKER = f"{protocol.FRAME_MARKER}_GREP_FALLBACK"
 #: The pattern, root and glob bytes a shell grep takes, together (each byte
 #: is four in the command).
 SHELL_GREP_VALUE_BYTES = 4096
+#: ``md5sum``'s line for its standard input: 32 hex digits, two spaces, ``-``.
+_MD5_LINE = re.compile(r"([0-9a-f]{32})  -\n")
 
 
 def printf_escapes(data: bytes) -> str:
@@ -286,50 +289,34 @@ _DESCENDING = bytes(255 - b for b in range(256))
 #: with a newline is not taken; nor a line with a NUL, which grep calls
 #: binary: ``ShellGrepCall._search`` counts them).
 _GREP_RECORD = re.compile(rb"([^\0\n]*)\0([0-9]+):(.*)\n")
-#: How a sandbox's next fixed-string grep runs GNU grep (see :class:`ShellGrepCall`).
-ShellGrepForm = Literal["guarded", "direct", "off"]
-
-
-class ShellReply(NamedTuple):
-    """What a :class:`ShellGrepCall` found: the script's result, or ``None``
-    if the script must search after all (in another round trip); and how
-    this sandbox's next grep is to run GNU grep."""
-
-    value: GrepResult | None
-    next_form: ShellGrepForm
 
 
 @dataclass(frozen=True)
-class ShellGrepCall(Call[ShellReply]):
+class ShellGrepCall(Call["GrepResult | None"]):
     """A fixed-string grep by GNU grep, no interpreter started.
 
     The command gives bash the pattern, the root and the file glob of the
     ``grep`` script's call (``script``) as ``printf -v`` octal escapes (no
     value appears as itself in it) and runs ``grep -r -H -n --null -F`` with
-    them as separate arguments, in the C locale, in one of two forms:
-
-    - ``guarded`` (a sandbox's first grep, and every grep of a sandbox where
-      one could not be answered ``direct``): through ``sed``, which stops at
-      the first line that is one of grep's messages (a binary file that
-      matches, an unreadable entry, an option it lacks: ``--no-ignore-case``
-      excludes busybox and GNU grep before 3.3) and past ``max_matches``
-      lines, so that the script then searches in the same round trip; a
-      probe byte 0xff after grep's lines shows how the provider decodes
-      bytes that are not UTF-8.
-    - ``direct`` (once a guarded grep was answered, and so the provider
-      keeps or flags bytes that are not UTF-8): bash execs GNU grep, so
-      that no process is forked and nothing is written before grep's own
-      lines. Anything the client cannot take as the script's answer (a
-      message, more output than the provider keeps, a U+FFFD) sends the
-      search to the script in a second round trip, and the sandbox's greps
-      to the guarded form from then on.
+    them as separate arguments, in the C locale, through ``sed``, which
+    holds grep's lines and stops at the first one that is one of grep's
+    messages (a binary file that matches, an unreadable entry, an option it
+    lacks: ``--no-ignore-case`` excludes busybox and GNU grep before 3.3)
+    and past ``max_matches`` lines: the script then searches in the same
+    round trip. Otherwise sed prints the lines once grep is done, and their
+    MD5 (by ``md5sum``) and a marker with the nonce follow: the client
+    takes the lines only if they are the bytes sed printed, so that a reply
+    garbled in transit is never a result.
 
     Without bash, for a missing root, or where grep cannot start, the same
     command runs the script (with the same nonce), whose frame is the
     reply. Otherwise the client puts grep's lines in the walk's order and
     cuts them at the caps and budget with the script's own
     :class:`~sandbox_sdk.remote.grep.Search`, so the result is what the
-    script would find (docs/protocol.md, "grep")."""
+    script would find (docs/protocol.md, "grep"); ``None`` when the client
+    cannot tell (the output cut by the provider, as a line of megabytes is,
+    garbled, or with bytes the provider did not keep): the script then
+    searches, in a second round trip."""
 
     script: ScriptCall[GrepReply]
     what: str
@@ -337,25 +324,25 @@ class ShellGrepCall(Call[ShellReply]):
     pattern: bytes
     root: bytes
     glob: bytes | None
-    form: ShellGrepForm = "guarded"
     timeout: float | None = None
 
     @staticmethod
     def takes(pattern: bytes, root: bytes, glob: bytes | None) -> bool:
         """Whether GNU grep finds exactly the script's lines and files: a
         pattern that is UTF-8 (a byte match is then a text match), one line,
-        not ending in CR (the script strips a line's CRs before matching); a
-        glob of a name with no class, brace, escape or ``/`` (fnmatch reads
-        those otherwise); a root other than ``-`` (grep's standard input,
-        even after ``--``); and values small enough to be escaped beside the
-        script in one command."""
+        not ending in CR (the script strips a line's CRs before matching),
+        with no NUL (no argument can hold one); a glob of a name with no
+        class, brace, escape or ``/`` (fnmatch reads those otherwise); a
+        root other than ``-`` (grep's standard input, even after ``--``);
+        and values small enough to be escaped beside the script in one
+        command."""
         try:
             pattern.decode("utf-8")
         except UnicodeDecodeError:
             return False
         plain_glob = glob is None or not any(c in glob for c in b"/[]{}\\")
         small = len(pattern) + len(root) + len(glob or b"") <= SHELL_GREP_VALUE_BYTES
-        one_line = b"\n" not in pattern and not pattern.endswith(b"\r")
+        one_line = b"\n" not in pattern and b"\0" not in pattern and not pattern.endswith(b"\r")
         return one_line and plain_glob and small and root != b"-"
 
     def command(self, max_bytes: int, scripts: Session) -> tuple[str, str]:
@@ -369,25 +356,23 @@ class ShellGrepCall(Call[ShellReply]):
         # directory root with a glob.
         include, root = (' --include="$g"', "-d") if values["g"] is not None else ("", "-e")
         cap = self.script.args["max_matches"]
-        grep = f'-F -D skip --no-ignore-case -m {cap + 1}{include} -e "$p" -- "$r" 2>&1'  # grep's arguments
-        if self.form == "direct":
-            # Nothing before grep's lines: output written while grep runs
-            # wakes the provider's reader (0.6 ms of a local grep's wall
-            # time, measured), and a fork costs as much again.
-            run = f"shopt -s execfail; LC_ALL=C exec grep -r -H -n --null {grep}"
-        else:
-            # grep's messages join its lines (each written whole) and sed
-            # quits with status 6 at the first line with no NUL (a message,
-            # or a name with a newline), or with 5 past the cap: the script
-            # then takes over, in this round trip (it stops at the cap in
-            # walk order). sed is what bounds grep's work and output by the
-            # cap (-m bounds one file only). The marker follows grep's lines.
-            run = (
-                f"LC_ALL=C grep -r -H -n --null --line-buffered {grep}"
-                f" | LC_ALL=C sed '/\\x00/!Q6;{cap + 1}Q5';"
-                f' case "${{PIPESTATUS[*]}}" in "0 0" | "1 0")'
-                f" printf '\\n%s %s \\377\\n' {SHELL_GREP_MARKER} {nonce}; exit 0 ;; esac"
-            )
+        # grep's messages join its lines (each written whole). sed holds the
+        # lines and quits, printing none, with status 6 at the first line
+        # with no NUL (a message, or a name with a newline), or with 5 past
+        # the cap (-m bounds one file only): the script then takes over in
+        # this round trip (it stops at the cap in walk order). At the last
+        # line, sed prints them to standard output (descriptor 3) and to
+        # md5sum: nothing is written while grep runs (output then wakes the
+        # provider's reader for nothing), and their MD5 and the marker
+        # follow them.
+        held = f"/\\x00/!Q6;{cap + 1}Q5;H;$!d;x;s/^\\n//;p;w /dev/stderr"
+        run = (
+            f"{{ LC_ALL=C grep -r -H -n --null --line-buffered -F -D skip --no-ignore-case"
+            f' -m {cap + 1}{include} -e "$p" -- "$r" 2>&1'
+            f" | LC_ALL=C sed -n '{held}' 2>&1 >&3 | md5sum; }} 3>&1;"
+            f' case "${{PIPESTATUS[*]}}" in "0 0 0" | "1 0 0")'
+            f" printf '%s %s\\n' {SHELL_GREP_MARKER} {nonce}; exit 0 ;; esac"
+        )
         command = (
             f'if [ -n "${{BASH_VERSION-}}" ]; then {assign}; if [ {root} "$r" ]; then {run}; fi; fi;'
             f" printf '\\n%s %s\\n' {SHELL_GREP_FALLBACK_MARKER} {nonce}\n{script}"
@@ -400,30 +385,27 @@ class ShellGrepCall(Call[ShellReply]):
     def resend(self, scripts: Session, response: ExecuteResponse, nonce: str) -> bool:
         return self.script.resend(scripts, response, nonce)  # the script took over, with this nonce
 
-    def decode(self, response: ExecuteResponse, nonce: str) -> ShellReply:
+    def decode(self, response: ExecuteResponse, nonce: str) -> GrepResult | None:
         if response.timed_out:
             raise errors.SandboxTimeoutError(f"{self.what} timed out")
         output = response.output
         if f"{SHELL_GREP_FALLBACK_MARKER} {nonce}" in output:  # the script searched, in this round trip
             if response.truncated:  # its frame did not fit beside what came before
-                return ShellReply(None, self.form)
-            return ShellReply(grep_result(self.script.decode(response, nonce)[0]), self.form)
-        if self.form == "direct":  # a U+FFFD may be a byte the provider replaced
-            if response.truncated or response.exit_code not in (0, 1) or "\ufffd" in output:
-                return ShellReply(None, "guarded")
-            value = self._search(output.encode("utf-8", "surrogateescape"))
-            return ShellReply(value, "direct" if value is not None else "guarded")
-        marker = output.rfind(f"\n{SHELL_GREP_MARKER} {nonce} ")
-        if marker < 0:
-            return ShellReply(None, "guarded")
-        lines = output[:marker]
-        probe, newline, rest = output[marker + len(SHELL_GREP_MARKER) + len(nonce) + 3 :].partition("\n")
-        if probe not in ("\udcff", "\ufffd"):  # "": the byte 0xff was dropped, so may others have been
-            return ShellReply(None, "guarded" if probe or not newline else "off")
-        if rest or response.truncated or response.exit_code != 0 or (probe == "\ufffd" and "\ufffd" in lines):
-            return ShellReply(None, "guarded")  # cut, or a byte that was not UTF-8 replaced
-        value = self._search(lines.encode("utf-8", "surrogateescape"))
-        return ShellReply(value, "direct" if value is not None else "guarded")
+                return None
+            return grep_result(self.script.decode(response, nonce)[0])
+        # grep's lines, their MD5 and the marker, whole: else (cut, garbled,
+        # a byte the provider replaced or dropped) the script searches.
+        lines, marker, rest = output.rpartition(f"{SHELL_GREP_MARKER} {nonce}")
+        digest = _MD5_LINE.fullmatch(lines[-36:])
+        if not marker or rest not in ("\n", "") or digest is None or response.truncated or response.exit_code:
+            return None
+        try:
+            data = lines[:-36].encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # a character no byte decodes to
+            return None
+        if hashlib.md5(data, usedforsecurity=False).hexdigest() != digest[1]:
+            return None
+        return self._search(data)
 
     def _search(self, data: bytes) -> GrepResult | None:
         """The script's result from GNU grep's ``path NUL number : line LF``

@@ -46,7 +46,6 @@ from sandbox_sdk._calls import (
     Reply,
     Script,
     ShellGrepCall,
-    ShellGrepForm,
     check_command,
     file_info,
     glob_result,
@@ -117,14 +116,6 @@ GREP_LINE_BYTES = 1000
 
 class SandboxOperations(SandboxCore):
     """The operations of :class:`~sandbox_sdk.BaseSandbox`, one declaration each."""
-
-    #: How this sandbox's next fixed-string ``grep`` runs GNU grep
-    #: (:class:`~sandbox_sdk._calls.ShellGrepCall`): ``guarded`` at first,
-    #: ``direct`` once a grep showed that the provider keeps every byte,
-    #: ``guarded`` again for good after a direct one the script had to
-    #: answer, ``off`` once the provider was seen dropping bytes that are
-    #: not UTF-8 from an output.
-    _shell_grep: ShellGrepForm = "guarded"
 
     # -- run / start / processes ---------------------------------------------------
 
@@ -383,11 +374,10 @@ class SandboxOperations(SandboxCore):
         # search after all (in the same round trip where the sandbox can tell)
         raw = (os.fsencode(pattern), base64.b64decode(root), None if glob is None else os.fsencode(glob))
         literal = is_literal(raw[0], fixed_strings)  # a plain word is a regex's own text
-        if literal and not ignore_case and self._shell_grep != "off" and ShellGrepCall.takes(*raw):
-            shell = yield from ShellGrepCall(script, script.what, *raw, self._shell_grep)
-            self._shell_grep = shell.next_form
-            if shell.value is not None:
-                return shell.value
+        if literal and not ignore_case and ShellGrepCall.takes(*raw):
+            shell = yield from ShellGrepCall(script, script.what, *raw)
+            if shell is not None:
+                return shell
         value, _ = yield from script
         return grep_result(value)
 

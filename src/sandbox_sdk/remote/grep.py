@@ -92,6 +92,9 @@ def file_filter(pattern: bytes) -> Callable[[bytes], bool]:
 #: Files (and argument bytes) one run of GNU grep is given.
 GREP_BATCH_FILES = 1000
 GREP_BATCH_BYTES = 64 * 1024
+#: The longest pattern GNU grep is given: Linux refuses an argument over
+#: 128 KiB (``MAX_ARG_STRLEN``); a longer one is searched in Python.
+GREP_PATTERN_BYTES = 64 * 1024
 #: A batch of at most this many files, this many bytes together, is searched
 #: in Python: GNU grep's start costs ~1.5 ms of CPU, as much as the Python
 #: search of ~256 KiB of short lines (measured, docs/benchmarks.md).
@@ -118,7 +121,7 @@ def grep(args: Args, blobs: Blobs) -> Tuple[GrepReply, Blobs]:
     # Python match is always a byte match too, so grep's lines (searched as
     # bytes) are a superset that the same regex then checks: the result is
     # the same either way.
-    fixed = is_literal(pattern, args["fixed_strings"]) and not args["ignore_case"]
+    fixed = is_literal(pattern, args["fixed_strings"]) and not args["ignore_case"] and grep_takes(pattern)
     grep_exe = None
     looked = False
     for batch in batches(items) if fixed else ([item] for item in items):
@@ -135,6 +138,12 @@ def grep(args: Args, blobs: Blobs) -> Tuple[GrepReply, Blobs]:
         "unreadable": [b64(p) for p in search.unreadable],
         "skipped_binary": search.skipped_binary,
     }, []
+
+
+def grep_takes(pattern: bytes) -> bool:
+    """Whether GNU grep can be given ``pattern`` as an argument: no NUL (no
+    argument holds one) and within :data:`GREP_PATTERN_BYTES`."""
+    return b"\0" not in pattern and len(pattern) <= GREP_PATTERN_BYTES
 
 
 #: The characters that make a Python regex more than the text it is (no
@@ -403,33 +412,38 @@ class Replay:
 
     def take(self, fd: int) -> bool:
         """Take the lines of grep's ``-HnZ`` output (``path NUL number : line
-        LF``) read from ``fd``; ``False`` if it does not read as that."""
-        buffer = b""
+        LF``) read from ``fd``; ``False`` if it does not read as that. A line
+        of many blocks is looked through once: ``scanned`` is where its
+        newline is still to be looked for."""
+        buffer = bytearray()
+        start = scanned = 0
         while True:
             block = posix.read(fd, READ_BLOCK)
             if not block:
                 break
             buffer += block
-            start = 0
             while True:
                 nul = buffer.find(b"\0", start)
-                end = buffer.find(b"\n", nul + 1) if nul >= 0 else -1
+                end = buffer.find(b"\n", max(nul + 1, scanned)) if nul >= 0 else -1
                 if end < 0:
+                    scanned = len(buffer) if nul >= 0 else start
                     break
                 colon = buffer.find(b":", nul + 1, end)
-                path = buffer[start:nul]
+                path = bytes(buffer[start:nul])
                 number = buffer[nul + 1 : colon]
                 if colon < 0 or not number.isdigit() or (path != self.current[0] and not self.reach(path)):
                     return False
-                line = buffer[colon + 1 : end]
+                line = bytes(buffer[colon + 1 : end])
                 kind = self.current[1]
                 if kind == TEXT and not self.search.add(path, int(number), line):
                     return True
                 if kind == BINARY and not self.binary_counted and self.search.binary_matches(line):
                     self.search.skipped_binary += 1
                     self.binary_counted = True
-                start = end + 1
-            buffer = buffer[start:]
+                start = scanned = end + 1
+            del buffer[:start]
+            scanned -= start
+            start = 0
         return not buffer and self.finish()
 
 

@@ -565,11 +565,9 @@ class SandboxConformanceTests(SandboxSuite):
         """A fixed string is searched by GNU grep without an interpreter where
         the sandbox has it (docs/protocol.md, "grep"), else by the script:
         either way the result is the script's walk's (a regex of the escaped
-        string asks it the same), in one round trip (after a first one, which
-        may learn that the provider drops bytes that are not UTF-8) whose
-        command holds no value of the caller's as text; and so when the
-        script takes over, as it does for a binary file that matches (in a
-        second round trip after a grep that GNU grep answered, once)."""
+        string asks it the same), in one round trip whose command holds no
+        value of the caller's as text; and so when the script takes over, as
+        it does for a binary file that matches."""
         root = self.p(workdir, "grep $(x) 'tree'")
         pattern = "ne'$(x)\"edle"
         for name in HOSTILE_NAMES:
@@ -602,17 +600,68 @@ class SandboxConformanceTests(SandboxSuite):
         assert len(found["all"].matches) == 2 * (len(HOSTILE_NAMES) - 1) and found["capped"].truncated
         assert found["all"].matches[0].path == self.p(root, "z.txt")
         # a binary file that matches: GNU grep hands over to the script (which
-        # runs GNU grep itself where it can), in a second round trip where
-        # bash exec'd grep (the direct form); the sandbox's greps are then
-        # guarded, and hand over in their own round trip
+        # runs GNU grep itself where it can), in the same round trip
         sandbox.write(self.p(root, "sub", "hit.bin"), b"\0" + pattern.encode())
         commands.clear()
         handed = sandbox.grep(pattern, root)
-        assert len(commands) <= 2 and handed.skipped_binary == 1
-        commands.clear()
-        assert sandbox.grep(pattern, root) == handed and len(commands) == 1
+        assert len(commands) == 1 and handed.skipped_binary == 1
         assert handed == sandbox.grep(re.escape(pattern), root, fixed_strings=False)
         assert handed.matches == found["all"].matches
+
+    def test_grep_a_garbled_reply_is_not_a_result(
+        self, sandbox: BaseSandbox, workdir: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """GNU grep's lines come with their MD5, computed in the sandbox: a
+        character of them changed in transit sends the search to the script,
+        whose answer is the result (docs/protocol.md, "grep")."""
+        sandbox.write(self.p(workdir, "a.txt"), "one needle\ntwo\nthree needle\n")
+        expected = sandbox.grep("needle", workdir)
+        execute = sandbox.execute
+        garbled: list[str] = []
+
+        def garbling(command: str, *, timeout: float | None = None) -> ExecuteResponse:
+            response = execute(command, timeout=timeout)
+            at = response.output.find("three needle")  # in GNU grep's lines, not in a frame's base64
+            if garbled or at < 0:
+                return response
+            garbled.append(response.output)
+            return response.model_copy(
+                update={"output": response.output[:at] + "T" + response.output[at + 1 :]}
+            )
+
+        monkeypatch.setattr(sandbox, "execute", garbling)
+        assert sandbox.grep("needle", workdir) == expected
+        if not garbled:
+            pytest.skip("no grep was answered by GNU grep without an interpreter here")
+
+    def test_grep_patterns_no_argument_holds(self, sandbox: BaseSandbox, workdir: str) -> None:
+        """A pattern with a NUL, or over Linux's 128 KiB for one argument, is
+        searched for itself (by the script, in Python), in a file large
+        enough for the script's own GNU grep (over 128 KiB); where the
+        command cannot carry the pattern (base64), that is a typed error."""
+        long = "z" * 200_000
+        text = f"first line\nfirst\0line\n{long}\n".encode()
+        sandbox.write(self.p(workdir, "f.txt"), b"a" * 9000 + b"\n" + text)  # a NUL past 8 KiB: text
+        for pattern, number in (("first\0line", 3), (long, 4)):
+            if len(pattern) * 4 // 3 > sandbox.max_command_bytes:
+                with pytest.raises(errors.SandboxRuntimeError, match="max_command_bytes"):
+                    sandbox.grep(pattern, workdir)
+                continue
+            found = sandbox.grep(pattern, workdir)
+            assert [(posixpath.basename(m.path), m.line_number) for m in found.matches] == [("f.txt", number)]
+            assert found == sandbox.grep(re.escape(pattern), workdir, fixed_strings=False)
+
+    def test_grep_a_line_of_megabytes(self, sandbox: BaseSandbox, workdir: str) -> None:
+        """A match in a line of 24 MB comes back cut, as every long line is
+        (GNU grep's output is more than the provider keeps: the script
+        searches), as the script's walk finds it."""
+        path = self.p(workdir, "big.txt")
+        half = "head -c 12582912 /dev/zero | tr '\\0'"
+        made = sandbox.execute(f"{{ {half} x; printf needle; {half} y; echo; }} > {shlex.quote(path)}")
+        assert made.exit_code == 0, made.output
+        found = sandbox.grep("needle", workdir)
+        assert [(m.line_truncated, m.line) for m in found.matches] == [(True, "x" * 1000)]
+        assert found == sandbox.grep("needle", workdir, ignore_case=True)  # the script's Python walk
 
     def test_grep_errors(self, sandbox: BaseSandbox, workdir: str) -> None:
         with pytest.raises(errors.InvalidArgumentError):
