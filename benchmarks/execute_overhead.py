@@ -20,7 +20,10 @@ server's share, counted in clock ticks, is only exact in sum). File
 operations ask the sandbox's operation server first (docs/protocol.md, "The
 operation server"): the ``local, no server`` rows are a local sandbox that
 starts ``python3`` for each, as every operation did before the server; the
-CPU time of a served one is its ``bash``'s and the server's worker's.
+CPU time of a served one is its ``bash``'s and the server's worker's. The
+``local, strict`` rows are a local sandbox that reuses no in-sandbox state
+(``reuse_sandbox_state = False``, docs/security.md): every command carries
+its script, which ``python3`` decompresses and compiles each time.
 ``grep`` runs the script, which searches
 a few small files in Python and more with GNU grep where it finds it (a
 second process start): the ``local, no grep`` rows are a local sandbox with
@@ -62,6 +65,8 @@ CPU = "{}, CPU ms"
 NO_GREP = "local, no grep"
 #: A local sandbox without the operation server.
 NO_SERVER = "local, no server"
+#: A local sandbox that reuses nothing it left in the sandbox (no installed script, no server).
+STRICT = "local, strict"
 #: The file ``read`` reads and ``edit`` edits (20 short lines), written before the rounds.
 SMALL_FILE = "small.txt"
 #: A glob that GNU grep's ``--include`` cannot take (a brace), so that
@@ -153,6 +158,8 @@ def main() -> None:
         sandboxes[NO_GREP] = LocalSandbox(_made(Path(state, NO_GREP)), env={"PATH": _python3_only(state)})
         sandboxes[NO_SERVER] = LocalSandbox(_made(Path(state, NO_SERVER)))
         sandboxes[NO_SERVER].operation_server = False
+        sandboxes[STRICT] = LocalSandbox(_made(Path(state, STRICT)))
+        sandboxes[STRICT].reuse_sandbox_state = False
         try:
             samples = measure(sandboxes, rounds) | measure_create(providers)
         finally:
