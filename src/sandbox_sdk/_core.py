@@ -52,7 +52,7 @@ round_trip_log = logging.getLogger("sandbox_sdk.round_trips")
 #: ``transfer_concurrency`` is and however large the file.
 IN_FLIGHT_BYTES = 6 * 1024 * 1024
 #: Output past which a native ``aexecute``'s reply is decoded on a worker
-#: thread: below it, decoding takes less than the hop to a thread (~0.1 ms).
+#: thread: below it, decoding takes less than the hop to a thread.
 LOOP_DECODE_LIMIT = 256 * 1024
 
 
@@ -188,9 +188,8 @@ class SandboxCore(SandboxHandle):
     #: (docs/security.md; its cost: docs/benchmarks.md).
     reuse_sandbox_state: bool = True
     #: Round trips a chunked transfer keeps in flight at once (sync and async).
-    #: Eight hides a cloud round trip behind the next seven: under a 96 KiB
-    #: command cap at 80 ms latency, 6x the throughput of one at a time for
-    #: data that does not compress (docs/benchmarks.md); bounded in bytes by
+    #: Eight hide a cloud round trip behind the next seven (the throughput
+    #: under a small command cap: docs/benchmarks.md); bounded in bytes by
     #: ``IN_FLIGHT_BYTES`` whatever its value.
     transfer_concurrency: int = 8
     #: Longest a poll of a background process waits in the sandbox for output

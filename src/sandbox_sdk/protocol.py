@@ -388,7 +388,7 @@ def build_command(
     check = f"command -v python3 >/dev/null 2>&1 || {{ echo {NO_PYTHON_MARKER} {nonce}; exit 127; }}"
     script = shipped(module)
     # ``exec``: a command with a redirection is forked by bash (never run in
-    # its place, as a bare last command is), which costs 0.3-0.5 ms of CPU.
+    # its place, as a bare last command is); exec saves that fork.
     if installed:
         bootstrap = _bootstrap_args(scratch_dir, script, omit_script, nonce)
         python = f"exec {PYTHON} -c {shlex.quote(BOOTSTRAP)} {bootstrap}"

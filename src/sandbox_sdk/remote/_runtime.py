@@ -15,7 +15,7 @@ import binascii
 import posix
 import sys
 
-try:  # the C half of ``stat``, built into CPython: ``stat`` itself costs a round trip 0.13 ms
+try:  # the C half of ``stat``, built into CPython: importing ``stat`` itself costs every round trip
     import _stat as stat
 except ImportError:  # another implementation
     import stat  # type: ignore[no-redef]
@@ -27,7 +27,7 @@ except ImportError:  # another implementation
 # ``json`` where CPython's accelerator can be used directly (see json_codec),
 # and no ``os``: its system calls are ``posix``'s own (built in, loaded before
 # any script runs), and its Python part (``os.path``, ``_collections_abc``
-# for ``os.environ``) costs a round trip about 0.8 ms, a tenth of an
+# for ``os.environ``) costs every round trip a sizeable share of an
 # interpreter's start. The few path helpers the scripts need are below;
 # what only a rare path needs (``os.makedirs``, ``os.path.realpath``,
 # ``os.execvpe``) imports ``os`` where it is used.
@@ -100,7 +100,7 @@ EXIT = {
 
 def errno_code(number: int) -> str:
     """The ``EXIT`` name for an ``OSError``'s errno (``errno`` is imported
-    only on this error path: 0.06 ms a round trip)."""
+    only on this error path)."""
     import errno
 
     codes = {
@@ -580,7 +580,7 @@ def split_top_level(body: bytes) -> List[bytes]:
 def translate(pattern: bytes) -> bytes:
     """A glob as regex source: ``*``, ``?`` and ``[...]`` never match ``/``;
     a whole ``**`` segment matches any number of directories."""
-    import re  # only where a pattern is compiled: importing it costs a round trip ~10 ms
+    import re  # only where a pattern is compiled: importing it costs as much as a small script
 
     out = bytearray()
     i = 0
@@ -632,7 +632,7 @@ def name_matcher(segment: bytes) -> Callable[[bytes], Any]:
     """Whether a name (never holding ``/``) matches one segment of a glob,
     as ``compile_glob(segment).match`` says. A segment whose only wildcard
     is ``*`` (``*.py``, ``test_*``: most of them) is matched with ``bytes``
-    methods: importing ``re`` costs a round trip ~5 ms."""
+    methods: most globs then need no ``re``, whose import is costly."""
     if b"?" in segment or b"[" in segment:
         return compile_glob(segment).match
     parts = segment.split(b"*")
@@ -961,8 +961,8 @@ def json_codec() -> Tuple[Callable[[Union[str, bytes]], Any], Callable[[Any], st
     """``json.loads`` and a compact, ASCII ``json.dumps``, from CPython's own
     accelerator ``_json`` when it is there and behaves on a probe.
 
-    Importing ``json`` (for its import of ``re``) costs every round trip about
-    7 ms, a third of a ``stat``; ``json`` is still the fallback, for another
+    Importing ``json`` (for its import of ``re``) costs every round trip a
+    third of a ``stat``; ``json`` is still the fallback, for another
     implementation or a version whose accelerator differs."""
     try:
         import _json

@@ -154,8 +154,8 @@ def detach(keep: Tuple[int, ...]) -> None:
 
 class Server:
     """Keeps ``SPARES`` workers forked ahead, each waiting in ``accept``: a
-    connection finds a process ready (a fork costs 1-2 ms, mostly in the
-    pages the new process then copies), and the server forks the next while
+    connection finds a process ready (a fork's cost is mostly in the pages
+    the new process then copies), and the server forks the next while
     that one works."""
 
     def __init__(

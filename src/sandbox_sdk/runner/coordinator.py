@@ -293,7 +293,7 @@ def _listening_socket(host: str, port: int) -> socket.socket:
     """Bound before serving, so the port is known at once (``port`` may be 0).
     Made with ``IPPROTO_TCP`` explicitly: asyncio disables Nagle's algorithm
     only on connections of such a socket, and with it on, a small frame
-    waits for the peer's delayed ACK (40 ms a round trip)."""
+    waits for the peer's delayed ACK on every round trip."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

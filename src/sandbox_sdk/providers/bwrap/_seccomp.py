@@ -199,7 +199,7 @@ def _check(result: int) -> None:
 #: PRCTL), which needs no_new_privs set. As root, the jail's command makes
 #: its own user namespace after bwrap has started it, so bwrap cannot load a
 #: filter refusing that; this runs after. perl (perl-base, essential on
-#: Debian and Ubuntu) starts in about 1 ms, python3 with ctypes in 7.
+#: Debian and Ubuntu) starts several times faster than python3 with ctypes.
 LOADER = (
     "my ($fd, $prctl) = map { $_ + 0 } splice @ARGV, 0, 2;"
     'open my $in, "<&=", $fd or die "seccomp filter: $!\\n";'
