@@ -14,10 +14,11 @@ small files packed many to a round trip) and ``_directories`` (trees as tar
 archives). Each operation is a generator over a
 :class:`~sandbox_sdk._core.SandboxCore`, declared on ``BaseSandbox``.
 
-Providers with a native file API override ``upload_files`` / ``download_files``
-and their async twins ``aupload_files`` / ``adownload_files`` (helpers:
-:func:`transfer_error`, :func:`open_upload_source`); docs/transfers.md lists the
-guarantees an override must keep, and
+Providers with a native file API override ``_upload_batch`` /
+``_download_batch``, the operations both twins of ``upload_files`` /
+``download_files`` run (helpers: :func:`transfer_error`,
+:func:`open_upload_source`); docs/transfers.md lists the guarantees an
+override must keep, and
 ``sandbox_sdk.testing.transfer_suite.TransferContractTests`` checks them.
 """
 
