@@ -20,7 +20,7 @@ from sandbox_sdk.models import ExecuteResponse, FileUploadResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import LimitedSandbox
 
-from .transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES, leftovers
+from .transfer_helpers import SMALL_COMMAND_BYTES, SMALL_OUTPUT_BYTES, leftovers, scratch_entries
 
 #: Values a reply is given instead of its own: wrong types at the top, and
 #: batches' items of the wrong type, count or error.
@@ -48,6 +48,9 @@ class Garbling(LimitedSandbox):
 
     def __init__(self, inner: LocalSandbox, value: Any, only: int | None = None) -> None:
         super().__init__(inner, max_command_bytes=SMALL_COMMAND_BYTES, max_output_bytes=SMALL_OUTPUT_BYTES)
+        scratch = inner.root_dir.parent / "scratch"  # checked for leftovers too
+        scratch.mkdir(exist_ok=True)
+        self.scratch_dir = str(scratch)
         self.value = value
         self.only = only
         self.garbled = 0
@@ -88,6 +91,7 @@ def check_uploads(results: list[FileUploadResponse], root: Path) -> None:
             assert "malformed" in result.error
     assert results[0].error is not None  # the put_many reply is always read
     assert leftovers(root) == []
+    assert scratch_entries(root.parent / "scratch") == []  # no upload link either
 
 
 @pytest.mark.parametrize("value", GARBLED, ids=repr)
@@ -112,6 +116,7 @@ def test_a_malformed_put_many_reply_is_settled_like_a_lost_one(local: LocalSandb
     assert [result.error for result in results] == [None, None]
     assert (root / "a.txt").read_bytes() == (root / "b.txt").read_bytes() == SMALL
     assert leftovers(root) == []
+    assert scratch_entries(root.parent / "scratch") == []  # no upload link either
 
 
 @pytest.mark.parametrize("value", GARBLED, ids=repr)

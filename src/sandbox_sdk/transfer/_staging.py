@@ -93,11 +93,12 @@ class Staging:
     def call(self, data: bytes, packed: bytes | None, *, final: bool = False) -> ScriptCall[StageReply]:
         """The call that writes ``data`` next (sent as ``packed``, its gzip
         form, if given); the first one may make the link, the final one
-        verifies and commits (and removes the link)."""
+        verifies and commits, and removes the link whatever the first reply
+        said of it (a reply can be malformed, the link made all the same)."""
         args = self._args(self.sent)
         if packed is not None:
             args["gzip"] = True
-        if self.sent == 0 or (final and self.linked):
+        if self.sent == 0 or final:
             args["link"] = protocol.encode_path(self.link)
         self._count(data)
         if final:
