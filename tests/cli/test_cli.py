@@ -215,6 +215,14 @@ def test_shell_on_a_terminal_prompts_with_the_directory(sbx: Sbx, sandbox: str) 
     assert re.search(r"\nmade\r?\n", drawn)  # the output, not the echo of "echo made"
 
 
+def test_shell_prompts_with_a_hostile_directory_escaped(sbx: Sbx, sandbox: str) -> None:
+    typed = 'mkdir -p "$(printf "x\\033]0;pwned\\007")"\ncd x*\nexit\n'
+    status, drawn = run_on_a_terminal(sbx, "shell", sandbox, typed=typed)
+    assert status == 0
+    assert re.search(r":/\S*/x\\x1b\]0;pwned\\x07\$ ", drawn), drawn
+    assert "\x1b]0;pwned" not in drawn  # (readline's own sequences may be there)
+
+
 # -- cp and ls --------------------------------------------------------------------------
 
 
@@ -411,16 +419,20 @@ def test_python_dash_m_runs_the_same_command(tmp_path: Path) -> None:
 # -- names chosen inside the sandbox ------------------------------------------------------
 
 #: Names a sandbox can choose to attack the user's terminal (shell ``printf``
-#: escapes): a title-setting OSC sequence, a forged line, a C1 CSI byte (not
-#: UTF-8), and (a symlink's) a screen clear. Each with what ``sbx`` shows.
+#: escapes, in double quotes): a title-setting OSC sequence, a forged line, a
+#: C1 CSI byte (not UTF-8); a backslash, DEL, U+009B (CSI, in UTF-8) and
+#: U+2028 (a line separator); and (a symlink's) a screen clear. Each with what
+#: ``sbx`` shows.
 HOSTILE = {
     r"t\033]0;pwned\007x": r"t\x1b]0;pwned\x07x",
     r"l1\nl2": r"l1\nl2",
     r"c\233d": r"c\x9bd",
+    r"b\\\\s\177\302\233\342\200\250": r"b\\s\x7f\x9b\u2028",
 }
 HOSTILE_LINK = (r"s\033[2J", r"s\x1b[2J")
-#: What a terminal would act on, raw: ESC, BEL, a raw CSI byte, U+009B.
-RAW_CONTROLS = (b"\x1b", b"\x07", b"\x9b", b"\r")
+#: What a terminal would act on, raw: ESC, BEL, CR, DEL, a CSI byte (alone or
+#: in U+009B), U+2028.
+RAW_CONTROLS = (b"\x1b", b"\x07", b"\r", b"\x7f", b"\x9b", "\u2028".encode())
 
 
 def raw_sbx(sbx: Sbx, *args: str | bytes | Path) -> subprocess.CompletedProcess[bytes]:
@@ -443,7 +455,9 @@ def test_names_chosen_in_the_sandbox_are_shown_escaped(sbx: Sbx, sandbox: str, t
     assert copied.stderr.decode("ascii") == (
         f"sbx: skipped d/{HOSTILE_LINK[1]}: a symlink pointing outside the tree\n"
     )
-    assert sorted(os.listdir(tmp_path / "back")) == sorted(["t\x1b]0;pwned\x07x", "l1\nl2", "c\udc9bd"])
+    assert sorted(os.listdir(tmp_path / "back")) == sorted(
+        ["t\x1b]0;pwned\x07x", "l1\nl2", "c\udc9bd", "b\\s\x7f\x9b\u2028"]
+    )
 
     (tmp_path / "up.txt").write_text("up\n")
     into_a_file = raw_sbx(sbx, "cp", tmp_path / "up.txt", f"{sandbox}:d/l1\nl2/".encode())
@@ -452,15 +466,3 @@ def test_names_chosen_in_the_sandbox_are_shown_escaped(sbx: Sbx, sandbox: str, t
         assert failed.returncode == 1
         assert failed.stderr.startswith(b"Error: ") and failed.stderr.count(b"\n") == 1, failed.stderr
         assert not any(control in failed.stderr for control in RAW_CONTROLS), failed.stderr
-
-
-def test_shown_escapes_what_a_terminal_acts_on() -> None:
-    from sandbox_sdk.cli._text import shown
-
-    assert shown("plain name, ünïcode & emoji 🙂.txt") == "plain name, ünïcode & emoji 🙂.txt"
-    assert shown("\x1b]0;pwned\x07") == r"\x1b]0;pwned\x07"
-    assert shown("a\nb\rc\td") == r"a\nb\rc\td"
-    assert shown("\x00\x7f\x9b\x85") == r"\x00\x7f\x9b\x85"  # NUL, DEL, C1 CSI and NEL
-    assert shown("\udc9b\udcff") == r"\x9b\xff"  # bytes that were not UTF-8
-    assert shown("\u2028\u202e\ufeff") == r"\u2028\u202e\ufeff"  # line separator, bidi override, BOM
-    assert shown("back\\slash") == r"back\\slash"  # so that no escape shown is ambiguous
