@@ -508,17 +508,20 @@ def _python_missing(response: ExecuteResponse, nonce: str) -> bool:
 
 
 def error_from(error: dict[str, Any], what: str) -> errors.SandboxError:
-    """The typed exception for an error reported by a script."""
+    """The typed exception for an error reported by a script; one that does
+    not read as a script's error is a :class:`~sandbox_sdk.errors.SandboxRuntimeError`."""
     try:
         code = ExitCode(error["code"])
-    except (KeyError, ValueError):
-        return errors.SandboxRuntimeError(f"{what}: unknown error code {error.get('code')!r}")
-    path = decode_path(error["path"]) if isinstance(error.get("path"), str) else None
+        kind = ERROR_TYPES[code]  # OK (0) is no error's code
+        path = decode_path(error["path"]) if isinstance(error.get("path"), str) else None
+        count = int(error.get("count", 0))
+    except (KeyError, ValueError, TypeError):  # binascii.Error is a ValueError
+        return errors.SandboxRuntimeError(f"{what}: malformed error from the sandbox: {str(error)[:200]}")
     message = str(error.get("message", code.name))
     text = f"{message}: {path!r}" if path is not None else message
     if code is ExitCode.EDIT_AMBIGUOUS:
-        return errors.EditAmbiguousError(text, path=path, count=int(error.get("count", 0)))
-    return ERROR_TYPES[code](text, path=path)
+        return errors.EditAmbiguousError(text, path=path, count=count)
+    return kind(text, path=path)
 
 
 def _find_frame(output: str, nonce: str) -> tuple[dict[str, Any], list[tuple[int, int]]] | None:

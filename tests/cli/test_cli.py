@@ -215,6 +215,14 @@ def test_shell_on_a_terminal_prompts_with_the_directory(sbx: Sbx, sandbox: str) 
     assert re.search(r"\nmade\r?\n", drawn)  # the output, not the echo of "echo made"
 
 
+def test_shell_prompts_with_a_hostile_directory_escaped(sbx: Sbx, sandbox: str) -> None:
+    typed = 'mkdir -p "$(printf "x\\033]0;pwned\\007")"\ncd x*\nexit\n'
+    status, drawn = run_on_a_terminal(sbx, "shell", sandbox, typed=typed)
+    assert status == 0
+    assert re.search(r":/\S*/x\\x1b\]0;pwned\\x07\$ ", drawn), drawn
+    assert "\x1b]0;pwned" not in drawn  # (readline's own sequences may be there)
+
+
 # -- cp and ls --------------------------------------------------------------------------
 
 
@@ -406,3 +414,55 @@ def test_python_dash_m_runs_the_same_command(tmp_path: Path) -> None:
         [sys.executable, "-m", "sandbox_sdk", "--help"], capture_output=True, text=True, check=True
     )
     assert "cp" in done.stdout and "providers" in done.stdout
+
+
+# -- names chosen inside the sandbox ------------------------------------------------------
+
+#: Names a sandbox can choose to attack the user's terminal (shell ``printf``
+#: escapes, in double quotes): a title-setting OSC sequence, a forged line, a
+#: C1 CSI byte (not UTF-8); a backslash, DEL, U+009B (CSI, in UTF-8) and
+#: U+2028 (a line separator); and (a symlink's) a screen clear. Each with what
+#: ``sbx`` shows.
+HOSTILE = {
+    r"t\033]0;pwned\007x": r"t\x1b]0;pwned\x07x",
+    r"l1\nl2": r"l1\nl2",
+    r"c\233d": r"c\x9bd",
+    r"b\\\\s\177\302\233\342\200\250": r"b\\s\x7f\x9b\u2028",
+}
+HOSTILE_LINK = (r"s\033[2J", r"s\x1b[2J")
+#: What a terminal would act on, raw: ESC, BEL, CR, DEL, a CSI byte (alone or
+#: in U+009B), U+2028.
+RAW_CONTROLS = (b"\x1b", b"\x07", b"\r", b"\x7f", b"\x9b", "\u2028".encode())
+
+
+def raw_sbx(sbx: Sbx, *args: str | bytes | Path) -> subprocess.CompletedProcess[bytes]:
+    """``sbx`` with bytes in and out, as a terminal would get them."""
+    return subprocess.run([SBX, *args], check=False, capture_output=True, env=sbx.environment(), timeout=300)
+
+
+def test_names_chosen_in_the_sandbox_are_shown_escaped(sbx: Sbx, sandbox: str, tmp_path: Path) -> None:
+    names = " ".join(f'"$(printf "{name}")"' for name in HOSTILE)
+    sbx("exec", sandbox, f'mkdir d && cd d && touch {names} && ln -s / "$(printf "{HOSTILE_LINK[0]}")"')
+
+    listed = raw_sbx(sbx, "ls", sandbox, "d")
+    assert listed.returncode == 0, listed.stderr
+    assert not any(control in listed.stdout for control in RAW_CONTROLS), listed.stdout
+    lines = listed.stdout.decode("ascii").splitlines()
+    assert sorted(line.split(" ")[-1] for line in lines) == sorted([*HOSTILE.values(), HOSTILE_LINK[1]])
+
+    copied = raw_sbx(sbx, "cp", f"{sandbox}:d", tmp_path / "back")  # the link is skipped, and named
+    assert copied.returncode == 0, copied.stderr
+    assert copied.stderr.decode("ascii") == (
+        f"sbx: skipped d/{HOSTILE_LINK[1]}: a symlink pointing outside the tree\n"
+    )
+    assert sorted(os.listdir(tmp_path / "back")) == sorted(
+        ["t\x1b]0;pwned\x07x", "l1\nl2", "c\udc9bd", "b\\s\x7f\x9b\u2028"]
+    )
+
+    (tmp_path / "up.txt").write_text("up\n")
+    into_a_file = raw_sbx(sbx, "cp", tmp_path / "up.txt", f"{sandbox}:d/l1\nl2/".encode())
+    missing = raw_sbx(sbx, "ls", sandbox, b"d/c\x9bd/t\x1b]0;pwned\x07x")
+    for failed in (into_a_file, missing):
+        assert failed.returncode == 1
+        assert failed.stderr.startswith(b"Error: ") and failed.stderr.count(b"\n") == 1, failed.stderr
+        assert not any(control in failed.stderr for control in RAW_CONTROLS), failed.stderr

@@ -34,6 +34,7 @@ from sandbox_sdk import (
 )
 from sandbox_sdk.cli._copy import copy
 from sandbox_sdk.cli._shell import run_shell
+from sandbox_sdk.cli._text import shown
 from sandbox_sdk.provider import DEFAULT_PROVIDER, PROVIDER_ENV, install_hint
 from sandbox_sdk.provider_kit.host_state import HostStateProvider
 from sandbox_sdk.transfer import SymlinkPolicy
@@ -53,17 +54,20 @@ class SandboxCommands(click.Group):
         except SandboxNotFoundError as exc:
             provider = ctx.meta.get("sbx.provider", DEFAULT_PROVIDER)
             raise click.ClickException(
-                f"{exc} (provider {provider!r}: choose another with --provider or ${PROVIDER_ENV})"
+                f"{describe(exc)} (provider {provider!r}: choose another with --provider or ${PROVIDER_ENV})"
             ) from exc
         except (SandboxError, OSError) as exc:
             raise click.ClickException(describe(exc)) from exc
 
 
 def describe(exc: BaseException) -> str:
-    """An error as one line: the SDK's message, or an ``OSError`` with its path."""
+    """An error as one line: the SDK's message, or an ``OSError`` with its
+    path; escaped (:func:`shown`), as either may name what a sandbox chose."""
     if isinstance(exc, OSError) and not isinstance(exc, SandboxError) and exc.strerror:
-        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
-    return str(exc) or type(exc).__name__
+        text = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    else:
+        text = str(exc) or type(exc).__name__
+    return shown(text)
 
 
 def parse_labels(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> dict[str, str]:
@@ -150,7 +154,7 @@ def create(provider: str, labels: dict[str, str], ttl: float | None, idle_timeou
     """Create a sandbox and print its id."""
     with opened(provider) as sandboxes:
         sandbox = sandboxes.create(labels=labels, ttl=ttl, idle_timeout=idle_timeout)
-    click.echo(sandbox.id)
+    click.echo(shown(sandbox.id))
 
 
 @cli.command("list")
@@ -168,7 +172,7 @@ def list_sandboxes(provider: str, labels: dict[str, str], as_json: bool) -> None
     for info in infos:
         labels_text = " ".join(f"{key}={value}" for key, value in sorted(info.labels.items()))
         created = f"{info.created_at:%Y-%m-%d %H:%M:%S}"
-        table.add_row(Text(info.id), Text(info.status), created, Text(labels_text))
+        table.add_row(Text(shown(info.id)), Text(shown(info.status)), created, Text(shown(labels_text)))
     Console(soft_wrap=True).print(table)
 
 
@@ -278,7 +282,7 @@ def long_line(entry: FileInfo) -> str:
     mode = stat.filemode(TYPE_BITS[entry.type] | entry.mode)
     when = datetime.fromtimestamp(entry.mtime)
     suffix = "/" if entry.type == "dir" else ""
-    return f"{mode} {entry.size:>12} {when:%Y-%m-%d %H:%M} {entry.name}{suffix}"
+    return f"{mode} {entry.size:>12} {when:%Y-%m-%d %H:%M} {shown(entry.name)}{suffix}"
 
 
 @cli.command("rm")
@@ -289,7 +293,7 @@ def remove(provider: str, sandbox_ids: tuple[str, ...]) -> None:
     with opened(provider) as sandboxes:
         for sandbox_id in sandbox_ids:
             sandboxes.delete(sandbox_id=sandbox_id)
-            click.echo(sandbox_id)
+            click.echo(shown(sandbox_id))
 
 
 @cli.command()
@@ -302,4 +306,4 @@ def reap(provider: str) -> None:
                 f"provider {provider!r} has nothing to reap: its platform removes expired sandboxes itself"
             )
         for sandbox_id in sandboxes.reap():
-            click.echo(sandbox_id)
+            click.echo(shown(sandbox_id))

@@ -29,6 +29,7 @@ from rich.progress import (
 )
 
 from sandbox_sdk import BaseSandbox, DirectoryTransferResult, SandboxFileNotFoundError, SandboxProvider
+from sandbox_sdk.cli._text import shown
 from sandbox_sdk.transfer import SymlinkPolicy
 
 #: ``ID:PATH``. The ID holds no ``/``, so a local name with a colon is written ``./a:b``.
@@ -44,7 +45,7 @@ class TransferBar:
 
     def __init__(self, console: Console, description: str) -> None:
         self.console = console
-        self.description = description
+        self.description = shown(description)
         self.enabled = console.is_interactive and not console.quiet
         self.started = time.monotonic()
         self.bar: Progress | None = None
@@ -55,7 +56,7 @@ class TransferBar:
             if not self.enabled or time.monotonic() - self.started < SHOW_AFTER:
                 return
             self.bar = Progress(
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),  # a name's brackets are not markup
                 BarColumn(),
                 DownloadColumn(),
                 TransferSpeedColumn(),
@@ -126,7 +127,7 @@ def upload(
             return
         (result,) = sandbox.upload_files([(target, str(local))], progress=bar)
     if result.error is not None:
-        raise click.ClickException(f"{sandbox.id}:{target}: {result.error}")
+        raise click.ClickException(shown(f"{sandbox.id}:{target}: {result.error}"))
 
 
 def remote_is_dir(sandbox: BaseSandbox, path: str) -> bool:
@@ -159,6 +160,5 @@ def download(
 def report_skipped(result: DirectoryTransferResult, root: str | Path) -> None:
     """Name on stderr each symlink left out because it points outside the tree."""
     for path in result.skipped:
-        click.echo(
-            f"sbx: skipped {posixpath.join(root, path)}: a symlink pointing outside the tree", err=True
-        )
+        name = shown(posixpath.join(root, path))
+        click.echo(f"sbx: skipped {name}: a symlink pointing outside the tree", err=True)

@@ -13,6 +13,7 @@ import sys
 import click
 
 from sandbox_sdk import BaseSandbox, SandboxError
+from sandbox_sdk.cli._text import shown
 
 #: Starts the line that reports the directory a command ended in (never shown).
 CWD_MARKER = "\x1esbx-cwd:"
@@ -28,7 +29,7 @@ def run_shell(sandbox: BaseSandbox) -> int:
         import readline  # noqa: F401  (line editing and history for input())
     cwd: str | None = None
     status = 0
-    while (line := read_line(f"{sandbox.id}:{cwd or '~'}$ " if interactive else None)) is not None:
+    while (line := read_line(shell_prompt(sandbox.id, cwd) if interactive else None)) is not None:
         words = line.split()
         if words[:1] == ["exit"] and len(words) <= 2:
             return int(words[1]) if len(words) == 2 and words[1].isdigit() else status
@@ -37,7 +38,7 @@ def run_shell(sandbox: BaseSandbox) -> int:
         try:
             response = sandbox.run(line.rstrip("\n") + EPILOGUE, cwd=cwd)
         except SandboxError as exc:
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(f"Error: {shown(str(exc))}", err=True)
             status = 1
             continue
         output, ended_in = split_marker(response.stdout)
@@ -47,6 +48,12 @@ def run_shell(sandbox: BaseSandbox) -> int:
         cwd = ended_in or cwd
         status = 1 if response.exit_code is None else response.exit_code
     return status
+
+
+def shell_prompt(sandbox_id: str, cwd: str | None) -> str:
+    """The sandbox and the directory the last line ended in, escaped: the
+    sandbox chose that directory's name."""
+    return shown(f"{sandbox_id}:{cwd or '~'}") + "$ "
 
 
 def read_line(prompt: str | None) -> str | None:

@@ -17,7 +17,7 @@ from sandbox_sdk._calls import GET_MANY, PUT_MANY, SETTLE_MANY
 from sandbox_sdk._core import CLEANUP_TIMEOUT, Operation, SandboxCore, check_path, new_token
 from sandbox_sdk.models import FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.transfer._download import download
-from sandbox_sdk.transfer._results import transfer_error
+from sandbox_sdk.transfer._results import malformed_reply, transfer_error
 from sandbox_sdk.transfer._sources import (
     OpenedUpload,
     Progress,
@@ -173,6 +173,7 @@ def _put_many(uploads: _Uploads) -> Operation[None]:
     args = put_many_args([(encoded, data) for _, encoded, data in batch])
     try:
         value, _ = yield from PUT_MANY(args, [data for _, _, data in batch], what="upload")
+        outcomes = _put_many_outcomes(value, len(batch))
     except errors.SandboxError as exc:
         landed = yield from _settle(args)
         for (index, _, data), done in zip(batch, landed or [False] * len(batch), strict=True):
@@ -180,21 +181,38 @@ def _put_many(uploads: _Uploads) -> Operation[None]:
             if done:
                 uploads.tally.add(len(data))
         return
-    for (index, _, data), item in zip(batch, value["items"], strict=True):
-        error = item.get("error")
-        uploads.finish(index, protocol.error_from(error, "upload") if error else None)
+    for (index, _, data), outcome in zip(batch, outcomes, strict=True):
+        uploads.finish(index, outcome)
         uploads.tally.add(len(data))
+
+
+def _put_many_outcomes(value: object, count: int) -> list[errors.SandboxError | None]:
+    """Each packed file's outcome in a ``put_many`` reply. A reply of any
+    other shape (a sandbox answering for the script) is a
+    :class:`~sandbox_sdk.errors.SandboxRuntimeError`, and the upload is then
+    settled as after a lost reply."""
+    items = value.get("items") if isinstance(value, dict) else None
+    if not (isinstance(items, list) and len(items) == count and all(map(_is_put_many_item, items))):
+        raise malformed_reply("upload", value)
+    return [protocol.error_from(item["error"], "upload") if "error" in item else None for item in items]
+
+
+def _is_put_many_item(item: object) -> bool:
+    return isinstance(item, dict) and isinstance(item.get("error", {}), dict)
 
 
 def _settle(args: dict[str, Any]) -> Operation[list[bool] | None]:
     """After a failed ``put_many`` (its reply lost, or killed at its timeout
     part-way): remove the staging files it left and learn which items landed;
-    ``None`` if that cannot be told."""
+    ``None`` if that cannot be told (a malformed reply too)."""
     try:
         value, _ = yield from SETTLE_MANY(args, what="check an upload", timeout=CLEANUP_TIMEOUT)
     except errors.SandboxError:
         return None
-    return value["landed"]
+    landed = value.get("landed") if isinstance(value, dict) else None
+    if not (isinstance(landed, list) and len(landed) == len(args["items"])):
+        return None
+    return [done is True for done in landed]
 
 
 class _Downloads:
@@ -251,18 +269,41 @@ def _get_many(sandbox: SandboxCore, downloads: _Downloads, group: list[tuple[int
     args = {"paths": [encoded for _, encoded in group], "budget": sandbox._result_budget()}
     try:
         value, blobs = yield from GET_MANY(args, what="download")
+        items = _get_many_items(value, len(group), len(blobs))
     except errors.SandboxError as exc:
         for index, _ in group:
             downloads.fail(index, exc)
         return len(group)
-    for (index, encoded), item in zip(group, value["items"], strict=False):
+    for (index, encoded), item in zip(group, items, strict=False):
         if "blob" in item:
             downloads.take(index, bytes(blobs[item["blob"]]), item["sha256"])
         elif "error" in item:
             downloads.fail(index, protocol.error_from(item["error"], "download"))
         else:  # too large for a batch: fetch it in chunks
             yield from _download_large(sandbox, downloads, index, encoded)
-    return len(value["items"])
+    return len(items)
+
+
+def _get_many_items(value: object, asked: int, blob_count: int) -> list[dict[str, Any]]:
+    """The items of a ``get_many`` reply: at least one, for a prefix of the
+    ``asked`` paths; a reply of any other shape is malformed."""
+    items = value.get("items") if isinstance(value, dict) else None
+    if not (isinstance(items, list) and 0 < len(items) <= asked):
+        raise malformed_reply("download", value)
+    if not all(_is_get_many_item(item, blob_count) for item in items):
+        raise malformed_reply("download", value)
+    return items
+
+
+def _is_get_many_item(item: object, blob_count: int) -> bool:
+    """A file's blob (an index into the reply's) and SHA-256, its error, or
+    neither (too large for a batch)."""
+    if not isinstance(item, dict):
+        return False
+    if "blob" in item:
+        blob = item["blob"]
+        return type(blob) is int and 0 <= blob < blob_count and isinstance(item.get("sha256"), str)
+    return isinstance(item.get("error", {}), dict)
 
 
 def _download_large(sandbox: SandboxCore, downloads: _Downloads, index: int, encoded: str) -> Operation[None]:

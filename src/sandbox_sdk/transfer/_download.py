@@ -21,6 +21,7 @@ from sandbox_sdk import errors
 from sandbox_sdk._calls import READ_CHUNK, Reply
 from sandbox_sdk._core import Operation, Pipeline, SandboxCore
 from sandbox_sdk.protocol import Blob, LazyBlob
+from sandbox_sdk.transfer._results import malformed_reply
 from sandbox_sdk.transfer._sources import Tally
 
 if TYPE_CHECKING:
@@ -54,8 +55,10 @@ class ChunkedDownload:
 
     def take_reply(self, reply: Reply[ChunkReply]) -> None:
         """Take in the chunk of a reply, and the whole file's digest if it carries it."""
-        value, (data,) = reply
-        self.take(data)
+        value, blobs = reply
+        if not isinstance(value, dict) or len(blobs) != 1:
+            raise malformed_reply(self.what, value)
+        self.take(blobs[0])
         self.expect(value)
 
     def expect(self, value: ChunkReply) -> None:
@@ -86,7 +89,10 @@ def download(
     chunk_bytes = sandbox._result_budget()
     args = {"path": path, "length": chunk_bytes}
     value, blobs = yield from READ_CHUNK.lazy({**args, "offset": 0, "max_size": max_size}, what=what)
-    transfer = ChunkedDownload(sink, value["size"], chunk_bytes, tally, what)
+    size = value.get("size") if isinstance(value, dict) else None
+    if not (type(size) is int and size >= 0 and len(blobs) == 1):
+        raise malformed_reply(what, value)
+    transfer = ChunkedDownload(sink, size, chunk_bytes, tally, what)
     transfer.expect(value)
     transfer.first = blobs.pop()  # held only there, so taking it in frees its output
     if tally:

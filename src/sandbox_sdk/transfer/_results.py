@@ -57,6 +57,12 @@ def transfer_error(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def malformed_reply(what: str, value: object) -> errors.SandboxRuntimeError:
+    """The error for a script's reply that is not of its shape: a sandbox
+    can answer for the script, so no field of a reply is trusted unchecked."""
+    return errors.SandboxRuntimeError(f"{what}: malformed reply from the sandbox: {value!r:.200}")
+
+
 def upload_result(path: str, error: BaseException | None = None) -> FileUploadResponse:
     """A native upload's per-file result: success, or ``error`` as its code."""
     return FileUploadResponse(path=path, error=None if error is None else transfer_error(error))

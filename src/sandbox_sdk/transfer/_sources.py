@@ -38,7 +38,7 @@ def open_upload_source(data: UploadSource) -> OpenedUpload:
     if isinstance(data, bytes | bytearray | memoryview):
         return OpenedUpload(io.BytesIO(bytes(data)), len(data), True)
     if isinstance(data, str | os.PathLike):
-        stream = _open_regular(data, text_given=isinstance(data, str))
+        stream = open_regular(data, text_given=isinstance(data, str))
         return OpenedUpload(stream, os.fstat(stream.fileno()).st_size, True)
     if hasattr(data, "read"):
         size = None
@@ -50,13 +50,18 @@ def open_upload_source(data: UploadSource) -> OpenedUpload:
     raise errors.InvalidArgumentError(f"cannot upload a {type(data).__name__}: pass bytes, a path or a file")
 
 
-def _open_regular(path: str | os.PathLike[str], *, text_given: bool) -> BinaryIO:
+def open_regular(
+    path: str | os.PathLike[str], *, text_given: bool = False, follow_symlinks: bool = True
+) -> BinaryIO:
     """A local regular file, opened to read. Opened without blocking, so a
     FIFO (which would wait for a writer forever) or a device is refused with
     an ``OSError`` instead of stalling the transfer. A ``str`` that names no
-    file was most likely meant as the content: the error says how to pass it."""
+    file was most likely meant as the content: the error says how to pass it
+    (``text_given``). Without ``follow_symlinks``, a symlink as the last
+    component is refused (``ELOOP``): for a path already resolved and checked."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the "path"
         not_a_path = isinstance(exc, ValueError) or exc.errno in (errno.ENOENT, errno.ENAMETOOLONG)
         if not (text_given and not_a_path):

@@ -22,6 +22,7 @@ from sandbox_sdk import errors, protocol
 from sandbox_sdk._calls import ABORT, APPEND_BLOCK, DELETE, LANDED, STAGE, AppendCall, Call, Reply, ScriptCall
 from sandbox_sdk._core import CLEANUP_TIMEOUT, Operation, Pipeline, SandboxCore, new_token
 from sandbox_sdk._kernel import can_clean_up
+from sandbox_sdk.transfer._results import malformed_reply
 from sandbox_sdk.transfer._sources import Tally, changed_size
 
 if TYPE_CHECKING:
@@ -92,11 +93,12 @@ class Staging:
     def call(self, data: bytes, packed: bytes | None, *, final: bool = False) -> ScriptCall[StageReply]:
         """The call that writes ``data`` next (sent as ``packed``, its gzip
         form, if given); the first one may make the link, the final one
-        verifies and commits (and removes the link)."""
+        verifies and commits, and removes the link whatever the first reply
+        said of it (a reply can be malformed, the link made all the same)."""
         args = self._args(self.sent)
         if packed is not None:
             args["gzip"] = True
-        if self.sent == 0 or (final and self.linked):
+        if self.sent == 0 or final:
             args["link"] = protocol.encode_path(self.link)
         self._count(data)
         if final:
@@ -111,9 +113,14 @@ class Staging:
         self.unacknowledged.append(len(data))
 
     def started(self, reply: Reply[StageReply]) -> None:
-        """The first chunk is written; later ones go through the link if it made one."""
-        self.linked = reply[0].get("append") is True
-        self.gunzip = reply[0].get("gunzip") is True
+        """The first chunk is written; later ones go through the link if it made one.
+        A reply that is not the script's object is a malformed one (the
+        staging file is then removed, as after any failure)."""
+        value: object = reply[0]
+        if not isinstance(value, dict):
+            raise malformed_reply(self.what, value)
+        self.linked = value.get("append") is True
+        self.gunzip = value.get("gunzip") is True
         self.acknowledge()
 
     def next_call(self, data: bytes, packed: bytes | None) -> Call[Any]:
@@ -158,7 +165,7 @@ class Staging:
             value, _ = yield from LANDED(args, what="check a commit", timeout=CLEANUP_TIMEOUT)
         except errors.SandboxError:
             return False
-        return value["landed"] is True
+        return isinstance(value, dict) and value.get("landed") is True
 
     def abort(self) -> Operation[None]:
         """Remove the staging file, if any; best effort."""

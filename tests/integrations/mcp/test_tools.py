@@ -4,7 +4,10 @@ real local and bwrap sandboxes: results, ``Error:`` texts, bad inputs, paging.""
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -272,3 +275,36 @@ async def test_handshake_era_clients_are_served(server: MCPServer[Any], client_d
     assert text.text.startswith("from the client\n")
     assert reports[0] == "started"
     assert reports[-1] == "finished"
+
+
+async def test_an_upload_of_a_fifo_is_refused_without_blocking(
+    server: MCPServer[Any], client_dir: Path
+) -> None:
+    """A FIFO under a root waits for a writer forever when opened to read:
+    the server must refuse it, not stall (and with it every other tool).
+
+    Were the server to block, it would block its own event loop, where no
+    timeout of the test can fire: a watchdog thread then opens the FIFO for
+    writing once the call has not come back in time (a bounded wait), so the
+    blocked read ends, at end of file, and the test fails instead of hanging."""
+    fifo = client_dir / "pipe"
+    os.mkfifo(fifo)
+    (client_dir / "link").symlink_to(fifo)
+    answered = threading.Event()
+
+    def unblock() -> None:
+        if not answered.wait(30):
+            with contextlib.suppress(OSError):  # ENXIO: nobody is reading it
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    watchdog = threading.Thread(target=unblock, daemon=True)
+    watchdog.start()
+    try:
+        async with connect(server, [client_dir]) as client:
+            for name in ("pipe", "link"):  # a link is resolved, then opened without following
+                text = await refused(client, "upload", local_path=str(client_dir / name), sandbox_path="x")
+                assert text == f"Error: cannot read '{client_dir / name}': not a regular file"
+            await ok(client, "ls")  # the server still answers
+    finally:
+        answered.set()
+        watchdog.join()

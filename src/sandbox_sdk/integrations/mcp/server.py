@@ -17,10 +17,12 @@ import mimetypes
 import secrets
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from types import TracebackType
 from typing import Annotated, Any, Self
 
 import anyio
+import anyio.to_thread
 from mcp.server import MCPServer
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context
@@ -35,6 +37,7 @@ from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.integrations import _texts as texts
 from sandbox_sdk.integrations.mcp._roots import OutsideRootsError, ask_client_roots, inside_roots, root_dirs
 from sandbox_sdk.provider import SandboxProvider
+from sandbox_sdk.transfer._sources import open_regular
 
 #: Label of a sandbox made for one server session (its value is random).
 SESSION_LABEL = "mcp-session"
@@ -279,7 +282,11 @@ class SandboxTools:
         except OutsideRootsError as exc:
             return _result(str(exc), error=True)
         try:
-            with open(source, "rb") as stream:
+            # Opened in a worker thread, without blocking and without following
+            # a link put there since the check: a FIFO or a device under a
+            # root is refused at once rather than stalling every other tool.
+            stream = await anyio.to_thread.run_sync(partial(open_regular, source, follow_symlinks=False))
+            with stream:
                 (done,) = await (await self._sandbox()).aupload_files([(sandbox_path, stream)])
         except errors.SandboxError as exc:  # before OSError: some typed errors are OSErrors too
             return _result(texts.error_text("upload to", sandbox_path, exc), error=True)
