@@ -47,7 +47,7 @@ def test_operation_names_are_unique_and_every_one_is_found() -> None:
     assert table["abort"] == "write"
     assert table["run"] == "run"
     assert table["follow"] == "proc"
-    # ``serve`` is not a call: a command that launches the operation server carries it (protocol.py)
+    # ``serve`` is not a call: a command that launches the operation server carries it (protocol/command.py)
     assert {SCRIPTS[name].op for name in SCRIPTS} == set(table) - {"serve"}
 
 

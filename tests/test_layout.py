@@ -35,8 +35,15 @@ USER_DIRS = ("tests", "benchmarks", "examples")
 #: the unit it tests first, then what it needs to drive or feed that unit.
 PRIVATE_UNIT_TESTS = {
     "tests/test_kernel.py": ("sandbox_sdk._kernel",),
-    "tests/test_calls.py": ("sandbox_sdk._calls", "sandbox_sdk._kernel", "sandbox_sdk.remote._runtime"),
-    "tests/test_pipeline.py": ("sandbox_sdk._core", "sandbox_sdk._calls"),  # the drivers, threads patched
+    "tests/test_calls.py": (
+        *("sandbox_sdk._calls", "sandbox_sdk._kernel", "sandbox_sdk.remote._runtime"),
+        "sandbox_sdk._session",  # what a call's command is planned from
+    ),
+    "tests/test_pipeline.py": ("sandbox_sdk._core", "sandbox_sdk._calls", "sandbox_sdk._session"),
+    "tests/test_operation_server.py": ("sandbox_sdk._session",),  # when a client stops launching
+    "tests/test_grep_paths.py": ("sandbox_sdk.remote._runtime",),  # grep records built as the script does
+    # records planted as a supervisor writes them
+    "tests/providers/local/test_process_records.py": ("sandbox_sdk.remote._runtime",),
     "tests/test_async_native.py": ("sandbox_sdk._core", "sandbox_sdk._calls"),  # where replies are decoded
     "tests/test_provider_flows.py": ("sandbox_sdk._provider_flows", "sandbox_sdk._kernel"),
     "tests/test_protocol.py": ("sandbox_sdk.remote._runtime",),  # client exit codes vs the in-sandbox table

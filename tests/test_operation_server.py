@@ -284,7 +284,7 @@ def test_a_silent_listener_costs_one_handshake_then_the_server_is_asked_no_more(
     """A server stopped (``SIGSTOP``) or a listener that says nothing: bash
     waits out the handshake once, the operation runs from ``python3`` with
     the right answer, and the client asks no server of this sandbox again."""
-    monkeypatch.setattr(protocol, "SERVER_HANDSHAKE_SECONDS", 1)
+    monkeypatch.setattr(protocol.command, "SERVER_HANDSHAKE_SECONDS", 1)
     pid = server_pid(scratch)
     stopped = [pid, *living_children(pid)]
     for process in stopped:

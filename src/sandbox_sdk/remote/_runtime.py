@@ -76,7 +76,7 @@ if TYPE_CHECKING:
 
 # The exit-code table. It stays clear of 1 and 2 (Python), 64-78 (sysexits),
 # 124-128 (timeout(1) and the shell) and 128+n (signals). docs/protocol.md
-# documents it and sandbox_sdk/protocol.py mirrors it; a test keeps them equal.
+# documents it and sandbox_sdk/protocol/frame.py mirrors it; a test keeps them equal.
 EXIT = {
     "OK": 0,
     "INVALID_ARGUMENT": 80,
