@@ -12,6 +12,9 @@
   and the like), never ``sandbox_sdk._core`` or ``sandbox_sdk._kernel``.
 - One real package: no symlinks, no ``package-dir`` mapping, no hand-kept
   package list.
+- The import graph of ``src/sandbox_sdk``, read from the AST: no cycle in what
+  runs at import time, and no arrow up the layers of :data:`LAYERS` (typing
+  imports included); ``import sandbox_sdk`` loads no provider.
 """
 
 from __future__ import annotations
