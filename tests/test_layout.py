@@ -12,6 +12,9 @@
   and the like), never ``sandbox_sdk._core`` or ``sandbox_sdk._kernel``.
 - One real package: no symlinks, no ``package-dir`` mapping, no hand-kept
   package list.
+- The import graph of ``src/sandbox_sdk``, read from the AST: no cycle in what
+  runs at import time, and no arrow up the layers of :data:`LAYERS` (typing
+  imports included); ``import sandbox_sdk`` loads no provider.
 """
 
 from __future__ import annotations
@@ -264,3 +267,235 @@ def test_one_package_found_under_src_without_mapping() -> None:
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert "package-dir" not in setuptools
     assert setuptools["packages"]["find"]["where"] == ["src"]  # found, not a hand-kept list
+
+
+# -- the import graph: no circles, no upward arrows ---------------------------------------
+
+PACKAGE = "sandbox_sdk"
+#: The package's layers, bottom first, each with the modules (and packages, all
+#: their modules included) it holds; a module imports only from its own layer or
+#: those below. Read from the code, bottom up:
+#:
+#: - vocabulary: the errors, the result models and the runner's wire format
+#:   (``wire`` speaks in ``errors``); nothing else of the package.
+#: - protocol: the in-sandbox scripts (``remote``, stdlib only, importing only
+#:   one another) and the client side of their framing (``protocol``).
+#: - calls: one operation as a call, run by the kernel (``_kernel``) over a
+#:   session; processes (``_process``, public ``process``).
+#: - transfer: uploads and downloads, built on calls; ``_operations`` and
+#:   ``base`` use it, so it sits below them.
+#: - sandbox: ``BaseSandbox`` and its derived operations, ``SandboxProvider``
+#:   and its flows (``provider``: the class a provider subclasses, nothing that
+#:   knows a provider).
+#: - provider_kit: the parts shared by providers (host processes, host state).
+#: - providers: the shipped providers; one imports no other.
+#: - facade: the package root and ``registry`` (``get_provider``, typed per
+#:   shipped provider), the names a user starts from.
+#: - applications: what is built on the public API (integrations, the runner,
+#:   the CLI, the conformance suites).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("vocabulary", ("sandbox_sdk.errors", "sandbox_sdk.models", "sandbox_sdk.wire")),
+    ("protocol", ("sandbox_sdk.remote", "sandbox_sdk.protocol")),
+    (
+        "calls",
+        (
+            "sandbox_sdk._kernel",
+            "sandbox_sdk._handle",
+            "sandbox_sdk._session",
+            "sandbox_sdk._calls",
+            "sandbox_sdk._core",
+            "sandbox_sdk._process",
+            "sandbox_sdk.process",
+        ),
+    ),
+    ("transfer", ("sandbox_sdk.transfer",)),
+    (
+        "sandbox",
+        (
+            "sandbox_sdk._operations",
+            "sandbox_sdk.base",
+            "sandbox_sdk._provider_flows",
+            "sandbox_sdk._provider_lifecycle",
+            "sandbox_sdk.provider",
+        ),
+    ),
+    ("provider_kit", ("sandbox_sdk.provider_kit",)),
+    ("providers", ("sandbox_sdk.providers",)),
+    ("facade", (PACKAGE, "sandbox_sdk.registry")),
+    (
+        "applications",
+        (
+            "sandbox_sdk.__main__",
+            "sandbox_sdk.cli",
+            "sandbox_sdk.integrations",
+            "sandbox_sdk.runner",
+            "sandbox_sdk.testing",
+        ),
+    ),
+)
+
+
+def module_name(path: Path, package_dir: Path) -> str:
+    parts = path.relative_to(package_dir.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def import_time_statements(body: list[ast.stmt], *, typing: bool) -> Iterator[ast.stmt]:
+    """The statements that run when the module is imported: the module's and
+    its classes' bodies, through ``if``/``try``/``with``/``for``, not into
+    functions; ``if TYPE_CHECKING:`` bodies only with ``typing`` (their
+    ``else`` always)."""
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        yield node
+        if isinstance(node, ast.If) and is_type_checking(node.test) and not typing:
+            yield from import_time_statements(node.orelse, typing=typing)
+            continue
+        blocks = [getattr(node, field, []) for field in ("body", "orelse", "finalbody")]
+        blocks += [handler.body for handler in getattr(node, "handlers", [])]
+        blocks += [case.body for case in getattr(node, "cases", [])]
+        for block in blocks:
+            yield from import_time_statements(block, typing=typing)
+
+
+def import_graph(package_dir: Path, *, typing: bool = False) -> dict[str, set[str]]:
+    """Each module of the package and the package modules it imports when it is
+    imported (with ``typing``, for a type checker too). ``from a import b`` is
+    an arrow to ``a.b`` when that is a module, else to ``a``; the parents a
+    module's own import runs first (its packages) are not arrows."""
+    paths = {module_name(path, package_dir): path for path in sorted(package_dir.rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in import_time_statements(ast.parse(path.read_text(), str(path)).body, typing=typing):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+                module = ".".join(part for part in (base, node.module or "") if part)
+                named = (f"{module}.{alias.name}" for alias in node.names)
+                targets.update(dotted if dotted in paths else module for dotted in named)
+        graph[name] = {target for target in targets if target in paths and target != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = [stack.pop()]
+            while component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def layer_of(name: str) -> int:
+    """The index in :data:`LAYERS` of ``name``'s layer: the longest entry it is
+    within (the package root is an entry for itself alone)."""
+    matches = [
+        (len(entry), position)
+        for position, (_, entries) in enumerate(LAYERS)
+        for entry in entries
+        if name == entry or (entry != PACKAGE and name.startswith(entry + "."))
+    ]
+    assert matches, f"{name} is in no layer: add it to LAYERS"
+    return max(matches)[1]
+
+
+def upward_arrows(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{name} ({LAYERS[layer_of(name)][0]}) -> {target} ({LAYERS[layer_of(target)][0]})"
+        for name, targets in graph.items()
+        for target in targets
+        if layer_of(target) > layer_of(name)
+    )
+
+
+def test_the_runtime_import_graph_has_no_cycles() -> None:
+    """Import order never depends on who was imported first."""
+    assert cycles(import_graph(PACKAGE_DIR)) == []
+
+
+def test_no_module_imports_from_a_layer_above_it() -> None:
+    """Typing imports included: a type checker's graph across layers is as
+    acyclic as the runtime one (one layer may still annotate in a circle, as
+    bwrap's ``_jail`` and ``sandbox`` do)."""
+    assert upward_arrows(import_graph(PACKAGE_DIR, typing=True)) == []
+
+
+def test_every_layer_entry_is_a_module_or_package() -> None:
+    modules = set(import_graph(PACKAGE_DIR))
+    stale = [entry for _, entries in LAYERS for entry in entries if entry not in modules]
+    assert stale == []
+
+
+def test_the_graph_sees_cycles_and_upward_arrows(tmp_path: Path) -> None:
+    package = tmp_path / PACKAGE
+    (package / "providers").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "providers" / "__init__.py").write_text("")
+    (package / "errors.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from sandbox_sdk import models\n"
+    )
+    (package / "models.py").write_text("class A:\n    from sandbox_sdk.providers import local\n")
+    (package / "providers" / "local.py").write_text(
+        "def lazy() -> None:\n    import sandbox_sdk.errors\nfrom . import other\n"
+    )
+    (package / "providers" / "other.py").write_text(
+        "try:\n    from .local import x\nexcept ImportError:\n    pass\n"
+    )
+    runtime = import_graph(package)
+    assert runtime["sandbox_sdk.errors"] == set()
+    assert runtime["sandbox_sdk.providers.local"] == {"sandbox_sdk.providers.other"}
+    assert cycles(runtime) == [["sandbox_sdk.providers.local", "sandbox_sdk.providers.other"]]
+    assert upward_arrows(runtime) == [
+        "sandbox_sdk.models (vocabulary) -> sandbox_sdk.providers.local (providers)"
+    ]
+    assert import_graph(package, typing=True)["sandbox_sdk.errors"] == {"sandbox_sdk.models"}
+
+
+def test_importing_the_package_imports_no_provider() -> None:
+    """``import sandbox_sdk`` loads the core only; ``ResourceLimits`` (bwrap's,
+    which brings ``ctypes`` and the jail) is imported when first asked for."""
+    code = (
+        "import sys, sandbox_sdk\n"
+        "print(sorted(m for m in sys.modules if m.startswith('sandbox_sdk.providers.')))\n"
+        "from sandbox_sdk import ResourceLimits\n"
+        "print(ResourceLimits.__module__)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": ""},
+        timeout=120,
+    )
+    assert result.stdout.splitlines() == ["[]", "sandbox_sdk.providers.bwrap.sandbox"]

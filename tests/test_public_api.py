@@ -35,6 +35,7 @@ PUBLIC_MODULES = [
     "sandbox_sdk.models",
     "sandbox_sdk.protocol",
     "sandbox_sdk.provider",
+    "sandbox_sdk.registry",
     "sandbox_sdk.base",
     "sandbox_sdk.transfer",
     "sandbox_sdk.provider_kit",

@@ -11,24 +11,23 @@ the kernel runs with the sync primitives or with the async ones (the public
 shells are generated into :mod:`sandbox_sdk._provider_lifecycle`). The async
 primitives run the sync ones in a worker thread unless a provider overrides
 them (``_acreate``, ``_aget``, ``alist``, ``_adelete``) with a native async client.
+
+Every provider imports this module, so it knows no provider: finding one by
+name (``get_provider``) is :mod:`sandbox_sdk.registry`, above the providers.
 """
 
 from __future__ import annotations
 
-import builtins
 import contextlib
-import os
 import time
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterator, Mapping
-from importlib.metadata import entry_points
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self, overload
+from typing import Any, Self
 
 import anyio
 import anyio.to_thread
 
-from sandbox_sdk import errors
 from sandbox_sdk._provider_flows import (
     Create,
     Delete,
@@ -43,27 +42,12 @@ from sandbox_sdk._provider_flows import (
     Unlock,
 )
 from sandbox_sdk._provider_lifecycle import ProviderLifecycle
-from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import SandboxInfo, SandboxPage
 
-if TYPE_CHECKING:  # the shipped providers, for get_provider's overloads (a cloud SDK is optional)
-    from sandbox_sdk.providers.bwrap import BwrapProvider
-    from sandbox_sdk.providers.daytona import DaytonaProvider
-    from sandbox_sdk.providers.e2b import E2BProvider
-    from sandbox_sdk.providers.local import LocalProvider
-    from sandbox_sdk.providers.modal import ModalProvider
-    from sandbox_sdk.providers.remote import RemoteProvider
-
-#: Entry-point group under which providers register, by name.
-ENTRY_POINT_GROUP = "sandbox_sdk.providers"
 #: Timeout of the liveness probe run before a sandbox is handed out.
 HEALTH_CHECK_TIMEOUT = 30.0
 #: The liveness probe: a sandbox is usable if this exits 0.
 PROBE_COMMAND = "true"
-#: The environment variable naming the provider ``get_provider()`` returns when given no name.
-PROVIDER_ENV = "SANDBOX_SDK_PROVIDER"
-#: The provider ``get_provider()`` returns when given no name and ``SANDBOX_SDK_PROVIDER`` is unset.
-DEFAULT_PROVIDER = "bwrap"
 
 
 def labels_match(have: Mapping[str, str], want: Mapping[str, str] | None) -> bool:
@@ -223,59 +207,3 @@ def enter_lock(lock: contextlib.AbstractContextManager[object]) -> contextlib.Ab
     """Enter ``lock`` and return it, for the :class:`Unlock` that leaves it."""
     lock.__enter__()
     return lock
-
-
-def available_providers() -> builtins.list[str]:
-    """Names of the providers registered under the ``sandbox_sdk.providers`` entry point."""
-    return sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
-
-
-def install_hint(name: str) -> str:
-    """How to install what provider ``name`` needs: the ``pip install`` line of
-    the extra named after it in the distribution that registers it."""
-    for point in entry_points(group=ENTRY_POINT_GROUP, name=name):
-        if point.dist is not None and name in (point.dist.metadata.get_all("Provides-Extra") or []):
-            return f"pip install '{point.dist.name}[{name}]'"
-    return f"install the package that provides the {name!r} provider"
-
-
-@overload
-def get_provider(name: Literal["bwrap"], **config: Any) -> BwrapProvider: ...
-@overload
-def get_provider(name: Literal["local"], **config: Any) -> LocalProvider: ...
-@overload
-def get_provider(name: Literal["remote"], **config: Any) -> RemoteProvider: ...
-@overload
-def get_provider(name: Literal["daytona"], **config: Any) -> DaytonaProvider: ...
-@overload
-def get_provider(name: Literal["e2b"], **config: Any) -> E2BProvider: ...
-@overload
-def get_provider(name: Literal["modal"], **config: Any) -> ModalProvider: ...
-@overload
-def get_provider(name: str | None = None, **config: Any) -> SandboxProvider[BaseSandbox]: ...
-
-
-def get_provider(name: str | None = None, **config: Any) -> SandboxProvider[Any]:
-    """The provider registered as ``name``, constructed with ``config``.
-
-    Without a name: the one ``SANDBOX_SDK_PROVIDER`` names, else ``bwrap``.
-    A shipped name gives its class to a type checker (``get_provider("bwrap")``
-    is a ``BwrapProvider``); third-party packages register theirs under the
-    same entry-point group."""
-    if name is None:
-        name = os.environ.get(PROVIDER_ENV) or DEFAULT_PROVIDER
-    matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
-    if not matches:
-        raise errors.ProviderUnavailableError(
-            f"no sandbox provider named {name!r}; installed: {', '.join(available_providers()) or 'none'}"
-        )
-    try:
-        factory = matches[0].load()
-    except ImportError as exc:
-        raise errors.ProviderUnavailableError(
-            f"provider {name!r} is registered but cannot be imported ({exc}): {install_hint(name)}"
-        ) from exc
-    provider = factory(**config)
-    if not isinstance(provider, SandboxProvider):
-        raise errors.ProviderUnavailableError(f"entry point {name!r} did not produce a SandboxProvider")
-    return provider

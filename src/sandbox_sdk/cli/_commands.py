@@ -35,8 +35,8 @@ from sandbox_sdk import (
 from sandbox_sdk.cli._copy import copy
 from sandbox_sdk.cli._shell import run_shell
 from sandbox_sdk.cli._text import shown
-from sandbox_sdk.provider import DEFAULT_PROVIDER, PROVIDER_ENV, install_hint
 from sandbox_sdk.provider_kit.host_state import HostStateProvider
+from sandbox_sdk.registry import DEFAULT_PROVIDER, PROVIDER_ENV, install_hint
 from sandbox_sdk.transfer import SymlinkPolicy
 
 #: ``ls`` shows each entry's type as ``stat.filemode`` does.

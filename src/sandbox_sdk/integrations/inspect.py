@@ -31,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import RunResult
-from sandbox_sdk.provider import SandboxProvider, available_providers, get_provider
+from sandbox_sdk.provider import SandboxProvider
+from sandbox_sdk.registry import available_providers, get_provider
 
 try:
     import yaml

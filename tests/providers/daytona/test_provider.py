@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from daytona import Daytona, DaytonaConfig
 
-from sandbox_sdk import errors
-from sandbox_sdk.provider import get_provider
+from sandbox_sdk import errors, get_provider
 from sandbox_sdk.providers.daytona import DaytonaProvider, DaytonaSandbox
 from sandbox_sdk.testing import ProviderConformanceTests
 from tests.providers.daytona.fake_server import FakeDaytonaServer

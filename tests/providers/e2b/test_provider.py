@@ -17,8 +17,7 @@ import pytest
 
 pytest.importorskip("e2b", reason="the e2b extra is not installed: pip install -e '.[e2b]'")
 
-from sandbox_sdk import errors
-from sandbox_sdk.provider import get_provider
+from sandbox_sdk import errors, get_provider
 from sandbox_sdk.providers.e2b import E2BProvider, E2BSandbox
 from sandbox_sdk.testing import ProviderConformanceTests
 from tests.providers.e2b.conftest import API_KEY, make_provider

@@ -16,8 +16,7 @@ import anyio
 import pytest
 from grpclib import Status
 
-from sandbox_sdk import errors
-from sandbox_sdk.provider import get_provider
+from sandbox_sdk import errors, get_provider
 from sandbox_sdk.providers.modal import ModalProvider, ModalSandbox, sandbox_name
 from sandbox_sdk.providers.modal.provider import MAX_LIFETIME
 from sandbox_sdk.testing import ProviderConformanceTests
