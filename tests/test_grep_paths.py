@@ -2,11 +2,10 @@
 
 - **shell**: GNU grep run by bash alone, no interpreter (a fixed string),
   its lines taken with their MD5;
-- **script**: the ``grep`` script running GNU grep with an argument vector
-  over the files its walk found (here: a grep that refuses ``-r``, so the
-  shell path hands over to the script in the same round trip);
-- **walk**: the script's Python walk (no grep on ``PATH``);
-- **failing**: a grep that always fails, so the script falls back to its walk.
+- **script**: the ``grep`` script's Python walk, the shell path handing
+  over to it in the same round trip (here: a grep that refuses ``-r``);
+- **walk**: the script with no grep on ``PATH``;
+- **failing**: a grep that always fails.
 
 Hostile names, binary files, CRLF and long lines, symlinks and a FIFO, caps;
 and what sends the shell path to the script (a binary file that matches, an
@@ -26,8 +25,6 @@ import pytest
 from sandbox_sdk import BaseSandbox, GrepResult
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
-from sandbox_sdk.remote import grep as script
-from sandbox_sdk.remote._runtime import b64, unb64
 
 NEEDLE = "needle"
 #: The sandbox's interpreter itself (``python3`` on the host may be a shim that needs more of ``PATH``).
@@ -428,22 +425,20 @@ def test_without_python3_gnu_grep_still_searches(root: Path, tmp_path: Path) -> 
 
 
 def test_grep_output_is_what_is_taken(sandboxes: dict[str, Counting], tmp_path: Path, root: Path) -> None:
-    """Greps that add a line of their own: the line shows up, so the result
-    came from grep's output (the walk could not have found it), on both the
-    shell path and the script's."""
-    for name, refused in (("shell", "-x"), ("script", "-r")):
-        folder = tmp_path / f"bin-lying-{name}"
-        shutil.copytree(tmp_path / "bin-walk", folder, symlinks=True)
-        lying = folder / "grep"
-        lying.write_text(
-            refuse(refused).replace("exec ", "")
-            + 'for last; do :; done\n[ -d "$last" ] && last="$last/plain.txt"\n'
-            + f"printf '%s\\0999:{NEEDLE} from grep\\n' \"$last\"\n"
-        )
-        lying.chmod(0o755)
-        result = LocalSandbox(root, env={"PATH": str(folder)}).grep(NEEDLE, "tree")
-        extra = [m for m in result.matches if m.line_number == 999]
-        assert [m.line for m in extra] == [f"{NEEDLE} from grep"], name
+    """A grep that adds a line of its own: the line shows up, so the result
+    came from grep's output (the walk could not have found it)."""
+    folder = tmp_path / "bin-lying"
+    shutil.copytree(tmp_path / "bin-walk", folder, symlinks=True)
+    lying = folder / "grep"
+    lying.write_text(
+        f'#!/bin/sh\n{GREP} "$@"\nstatus=$?\n'
+        + 'for last; do :; done\n[ -d "$last" ] && last="$last/plain.txt"\n'
+        + f"printf '%s\\0999:{NEEDLE} from grep\\n' \"$last\"\nexit $status\n"
+    )
+    lying.chmod(0o755)
+    result = LocalSandbox(root, env={"PATH": str(folder)}).grep(NEEDLE, "tree")
+    extra = [m for m in result.matches if m.line_number == 999]
+    assert [m.line for m in extra] == [f"{NEEDLE} from grep"]
 
 
 def test_a_long_pattern_is_the_scripts(sandboxes: dict[str, Counting], tmp_path: Path, root: Path) -> None:
@@ -517,22 +512,6 @@ def test_bytes_the_provider_did_not_keep_send_the_search_to_the_script(
     assert [m.line for m in LocalSandbox(tmp_path).grep(NEEDLE, "b.txt").matches] == [f"{NEEDLE} \ufffd"]
 
 
-def test_the_script_starts_grep_only_for_files_worth_its_start(
-    sandboxes: dict[str, Counting], tmp_path: Path
-) -> None:
-    """A few small files cost the Python search less than GNU grep's start:
-    the script searches them itself; over 128 KiB of them, with grep (a
-    brace glob sends both searches to the script)."""
-    shell = sandboxes["shell"]
-    small = shell.grep(NEEDLE, "tree", glob="{plain,empty}.txt")
-    assert runs(tmp_path, "grep") == []
-    large = shell.grep(NEEDLE, "tree", glob="{late-nul,plain}.txt")
-    assert [line.split()[0] for line in runs(tmp_path, "grep")] == ["-a"]
-    walk = sandboxes["walk"]
-    assert small == walk.grep(NEEDLE, "tree", glob="{plain,empty}.txt")
-    assert large == walk.grep(NEEDLE, "tree", glob="{late-nul,plain}.txt")
-
-
 def test_a_plain_word_regex_is_searched_as_one(sandboxes: dict[str, Counting], tmp_path: Path) -> None:
     """``fixed_strings=False`` with no regex syntax: GNU grep alone, as for a
     fixed string, and what the regex finds."""
@@ -569,7 +548,7 @@ def test_a_pattern_with_a_nul_is_searched_for_itself(sandboxes: dict[str, Counti
     the NUL, and grep would find what comes before it, on every line that
     has it)."""
     tree = root / "tree"
-    # a NUL past 8 KiB is text to the script; over 128 KiB, a batch for its own GNU grep
+    # a NUL past 8 KiB is text to the script
     (tree / "late.txt").write_bytes(b"a" * 9000 + b"\nfirst\0line\nfirst line\n" + b"b" * 200_000 + b"\n")
     results = search_all(sandboxes, "first\0line")
     assert results["shell"] == results["script"] == results["walk"] == results["failing"]
@@ -582,7 +561,7 @@ def test_a_pattern_with_a_nul_is_searched_for_itself(sandboxes: dict[str, Counti
 def test_a_pattern_over_an_arguments_limit_is_searched(sandboxes: dict[str, Counting], root: Path) -> None:
     """Linux refuses an argument over 128 KiB: the script searches a longer
     pattern in Python (the shell path leaves it to the script, which gets
-    its arguments on standard input), not with its GNU grep."""
+    its arguments on standard input)."""
     pattern = "z" * 200_000
     (root / "tree" / "long.txt").write_text(f"a {pattern} b\n{pattern[1:]}\n")
     results = search_all(sandboxes, pattern)
@@ -597,8 +576,8 @@ def test_a_line_of_megabytes_is_cut_as_the_script_cuts_it(
     sandboxes: dict[str, Counting], root: Path, tmp_path: Path
 ) -> None:
     """A line of megabytes: GNU grep's output is cut by the provider, and
-    the script searches (its own GNU grep run takes the line in one pass)
-    and cuts the line as it cuts every long line."""
+    the script searches (reading the line once) and cuts it as it cuts
+    every long line."""
     half = 12 * 1024 * 1024
     (root / "big").mkdir()
     (root / "big" / "big.txt").write_bytes(b"x" * half + NEEDLE.encode() + b"y" * half + b"\n")
@@ -607,7 +586,7 @@ def test_a_line_of_megabytes_is_cut_as_the_script_cuts_it(
     assert [(m.line_truncated, m.line) for m in results["shell"].matches] == [(True, "x" * 1000)]
     (shell, cut), (script, answer) = sandboxes["shell"].calls
     assert is_shell(shell) and cut.truncated and not is_shell(script) and not answer.truncated
-    assert [line.split()[0] for line in runs(tmp_path, "grep")] == ["-r", "-a"]
+    assert [line.split()[0] for line in runs(tmp_path, "grep")] == ["-r"]
 
 
 @pytest.mark.slow
@@ -665,39 +644,3 @@ def test_a_garbled_reply_is_not_taken(sandboxes: dict[str, Counting], root: Path
     (shell, garbled), (script, _) = sandbox.calls
     assert is_shell(shell) and not is_shell(script)
     assert "@@SANDBOX_SDK_GREP_FALLBACK" not in garbled.output
-
-
-def test_the_scripts_grep_records_span_read_blocks(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The script reads its GNU grep's records in blocks, and a record may
-    span many (a long name, a line of megabytes), each looked through once:
-    read 7 bytes at a time, they give what whole blocks and the Python walk
-    give."""
-    tree = root / "tree"
-    (tree / "long.txt").write_bytes(b"x" * 300_000 + NEEDLE.encode() + b"\n" + NEEDLE.encode() + b"\n")
-    args = {
-        "path": b64(os.fsencode(tree)),
-        "pattern": b64(NEEDLE.encode()),
-        "fixed_strings": True,
-        "ignore_case": False,
-        "glob": None,
-        "max_matches": 1000,
-        "max_line_bytes": 1000,
-        "budget": 10**6,
-    }
-    taken: list[int] = []
-    take = script.Replay.take
-
-    def counted(replay: script.Replay, fd: int) -> bool:
-        taken.append(fd)
-        return take(replay, fd)
-
-    monkeypatch.setattr(script.Replay, "take", counted)
-    whole = script.grep(args, [])
-    monkeypatch.setattr(script, "READ_BLOCK", 7)
-    assert script.grep(args, []) == whole and len(taken) == 2
-    monkeypatch.setattr(script, "find_program", lambda name: None)
-    assert script.grep(args, []) == whole and len(taken) == 2
-    long = [
-        (number, cut) for path, number, _, cut in whole[0]["matches"] if unb64(path).endswith(b"/long.txt")
-    ]
-    assert long == [(1, True), (2, False)]
