@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_sdk import BaseSandbox, GrepResult
+from sandbox_sdk.errors import InvalidArgumentError
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 
@@ -644,3 +645,94 @@ def test_a_garbled_reply_is_not_taken(sandboxes: dict[str, Counting], root: Path
     (shell, garbled), (script, _) = sandbox.calls
     assert is_shell(shell) and not is_shell(script)
     assert "@@SANDBOX_SDK_GREP_FALLBACK" not in garbled.output
+
+
+def make_excluded_tree(tree: Path) -> None:
+    """``.git`` directories at the top and nested, a file named ``.git``, a
+    ``node_modules``, and a directory whose name has shell and glob syntax."""
+    names = [".git/config", "a/.git/HEAD", "a/b.txt", "c/.git", "node_modules/m.js"]
+    for name in [*names, "$(touch pwned)/x", "[x]/y"]:
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(f"{NEEDLE} in {name}\n")
+    (tree / "x").mkdir()
+    (tree / "x" / "z").write_text(NEEDLE)
+
+
+def found_files(result: GrepResult, under: str) -> set[str]:
+    return {os.path.relpath(m.path, under) for m in result.matches}
+
+
+EXCLUDED_CASES = [
+    pytest.param({}, {".git/config", "a/.git/HEAD"}, id="default"),
+    pytest.param({"exclude_dirs": ()}, set(), id="none"),
+    pytest.param(
+        {"exclude_dirs": [".git", "node_modules"]},
+        {".git/config", "a/.git/HEAD", "node_modules/m.js"},
+        id="two",
+    ),
+    pytest.param({"exclude_dirs": ("a",)}, {"a/.git/HEAD", "a/b.txt"}, id="nested-below"),
+    pytest.param({"exclude_dirs": ("$(touch pwned)",)}, {"$(touch pwned)/x"}, id="shell-syntax"),
+    # a glob's syntax is the name itself: "[x]" is not "x"
+    pytest.param({"exclude_dirs": ("[x]", "*")}, {"[x]/y"}, id="glob-syntax"),
+    pytest.param({"exclude_dirs": (".git",), "glob": "*.txt"}, set(), id="with-glob"),
+]
+
+
+@pytest.mark.parametrize(("options", "left_out"), EXCLUDED_CASES)
+def test_excluded_directories_are_skipped_by_every_way(
+    sandboxes: dict[str, Counting], root: Path, tmp_path: Path, options: dict[str, object], left_out: set[str]
+) -> None:
+    """``exclude_dirs`` are whole directory names at any depth, as GNU grep's
+    ``--exclude-dir`` and the script's walk both take them: a file named
+    ``.git`` is searched, and so is ``node_modules`` by default."""
+    tree = root / "excl"
+    make_excluded_tree(tree)
+    shell = sandboxes["shell"].grep(NEEDLE, "excl", **options)  # type: ignore[arg-type]
+    ((command, _),) = sandboxes["shell"].calls
+    assert "pwned" not in command
+    # glob syntax sends the search to the script: --exclude-dir would read it as a glob
+    by_grep = options.get("exclude_dirs") != ("[x]", "*")
+    assert is_shell(command) == by_grep and (runs(tmp_path, "python") == []) == by_grep
+    results = {name: sandbox.grep(NEEDLE, "excl", **options) for name, sandbox in sandboxes.items()}  # type: ignore[arg-type]
+    assert shell == results["shell"] == results["script"] == results["walk"] == results["failing"]
+    glob = options.get("glob")
+    everything = sandboxes["walk"].grep(NEEDLE, "excl", exclude_dirs=())
+    expected = {rel for rel in found_files(everything, "excl") if glob is None or rel.endswith(".txt")}
+    assert found_files(shell, "excl") == expected - left_out
+    assert "c/.git" in found_files(shell, "excl") or glob is not None
+    assert not (tree / "pwned").exists() and not (root / "pwned").exists()
+
+
+@pytest.mark.parametrize("under", ["excl/.git", "excl/.git/", "excl/a/.git", "excl/a"])
+def test_a_search_rooted_at_an_excluded_directory_searches_it(
+    sandboxes: dict[str, Counting], root: Path, under: str
+) -> None:
+    """The root itself is never excluded (GNU grep would skip a directory
+    operand of that name: the script searches it), but what is below it is."""
+    tree = root / "excl"
+    make_excluded_tree(tree)
+    (tree / ".git" / "modules" / ".git").mkdir(parents=True)
+    (tree / ".git" / "modules" / ".git" / "deep").write_text(NEEDLE)
+    (tree / "a" / ".git" / "sub").mkdir()
+    (tree / "a" / ".git" / "sub" / "f").write_text(NEEDLE)
+    options = {"exclude_dirs": (".git", "a")}
+    results = {name: sandbox.grep(NEEDLE, under, **options) for name, sandbox in sandboxes.items()}  # type: ignore[arg-type]
+    assert results["shell"] == results["script"] == results["walk"] == results["failing"]
+    expected = {
+        "excl/.git": {"config"},
+        "excl/.git/": {"config"},
+        "excl/a/.git": {"HEAD", "sub/f"},
+        "excl/a": {"b.txt"},
+    }[under]
+    assert found_files(results["shell"], under) == expected
+
+
+@pytest.mark.parametrize(
+    "exclude_dirs",
+    [".git", b".git", [".git/x"], ["/"], [""], ["."], [".."], ["a\0b"], [1], ["\udc80\ud800"], None],
+)
+def test_exclude_dirs_that_are_not_directory_names_are_refused(root: Path, exclude_dirs: object) -> None:
+    sandbox = Counting(root)
+    with pytest.raises(InvalidArgumentError, match="exclude_dirs"):
+        sandbox.grep(NEEDLE, "tree", exclude_dirs=exclude_dirs)  # type: ignore[arg-type]
+    assert sandbox.calls == []

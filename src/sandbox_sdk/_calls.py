@@ -324,37 +324,47 @@ class ShellGrepCall(Call["GrepResult | None"]):
     pattern: bytes
     root: bytes
     glob: bytes | None
+    #: The script's ``exclude_dirs``: directory names, none with a ``/``.
+    exclude_dirs: tuple[bytes, ...] = ()
     timeout: float | None = None
 
     @staticmethod
-    def takes(pattern: bytes, root: bytes, glob: bytes | None) -> bool:
+    def takes(pattern: bytes, root: bytes, glob: bytes | None, exclude_dirs: tuple[bytes, ...] = ()) -> bool:
         """Whether GNU grep finds exactly the script's lines and files: a
         pattern that is UTF-8 (a byte match is then a text match), one line,
         not ending in CR (the script strips a line's CRs before matching),
         with no NUL (no argument can hold one); a glob of a name with no
         class, brace, escape or ``/`` (fnmatch reads those otherwise); a
         root other than ``-`` (grep's standard input, even after ``--``);
-        and values small enough to be escaped beside the script in one
-        command."""
+        ``exclude_dirs`` with no ``*?[]\\`` (``--exclude-dir`` reads a
+        value with none as the whole name, as the script's walk does) and
+        none the root's own name (``--exclude-dir`` also skips a directory
+        operand of that name; the script searches it); and values small
+        enough to be escaped beside the script in one command."""
         try:
             pattern.decode("utf-8")
         except UnicodeDecodeError:
             return False
         plain_glob = glob is None or not any(c in glob for c in b"/[]{}\\")
-        small = len(pattern) + len(root) + len(glob or b"") <= SHELL_GREP_VALUE_BYTES
+        plain_names = not any(c in name for name in exclude_dirs for c in b"*?[]\\")
+        outside = root.rstrip(b"/").rpartition(b"/")[2] not in exclude_dirs
+        values = (pattern, root, glob or b"", *exclude_dirs)
+        small = sum(map(len, values)) <= SHELL_GREP_VALUE_BYTES
         one_line = b"\n" not in pattern and b"\0" not in pattern and not pattern.endswith(b"\r")
-        return one_line and plain_glob and small and root != b"-"
+        return one_line and plain_glob and plain_names and outside and small and root != b"-"
 
     def command(self, max_bytes: int, scripts: Session) -> tuple[str, str]:
         # The script runs only when grep cannot answer: the command leaves it
         # out (8 KB less for bash to take: ~0.5 ms of a 10 ms grep) unless it
         # is known missing; a fallback that finds none is sent again in full.
         script, nonce = self.script.command(max_bytes, scripts, seldom_run=True)
-        values = {"p": self.pattern, "r": self.root, "g": self.glob}
+        excluded = {f"x{i}": name for i, name in enumerate(self.exclude_dirs)}
+        values = {"p": self.pattern, "r": self.root, "g": self.glob, **excluded}
         assign = "; ".join(f"printf -v {k} '{printf_escapes(v)}'" for k, v in values.items() if v is not None)
         # --include is matched against a file operand's whole path: hence a
         # directory root with a glob.
         include, root = (' --include="$g"', "-d") if values["g"] is not None else ("", "-e")
+        include += "".join(f' --exclude-dir="${k}"' for k in excluded)
         cap = self.script.args["max_matches"]
         # grep's messages join its lines (each written whole). sed holds the
         # lines and quits, printing none, with status 6 at the first line

@@ -31,7 +31,7 @@ from sandbox_sdk.remote._runtime import (
 )
 
 if TYPE_CHECKING:
-    from typing import Callable, Iterator, List, Optional, Tuple, TypedDict
+    from typing import AbstractSet, Callable, Iterator, List, Optional, Tuple, TypedDict
 
     from sandbox_sdk.remote._runtime import Args, Blobs
 
@@ -50,12 +50,17 @@ if TYPE_CHECKING:
 SNIFF_BYTES = 8192
 
 
-def walk_files(root: bytes) -> Iterator[Tuple[bytes, Optional[bytes]]]:
+def walk_files(root: bytes, excluded: AbstractSet[bytes]) -> Iterator[Tuple[bytes, Optional[bytes]]]:
     """(path, path relative to root) of every regular file below ``root``,
     and (path, ``None``) for each directory or entry that could not be read,
     in walk order: depth first, a directory's files (by name, descending)
     before its subdirectories (by name, ascending); ``walk_key`` in
-    ``sandbox_sdk._calls`` sorts GNU grep's output into this order."""
+    ``sandbox_sdk._calls`` sorts GNU grep's output into this order.
+
+    A directory below ``root`` whose name is in ``excluded`` is not entered
+    (nor reported unreadable): the names are whole base names at any depth,
+    never the root itself, as the shell grep's ``--exclude-dir`` takes them
+    (``sandbox_sdk._calls``, ``ShellGrepCall``)."""
     stack = [b""]
     while stack:
         rel = stack.pop()
@@ -69,7 +74,8 @@ def walk_files(root: bytes) -> Iterator[Tuple[bytes, Optional[bytes]]]:
             child = join(rel, e.name)
             try:
                 if e.is_dir(follow_symlinks=False):
-                    stack.append(child)
+                    if e.name not in excluded:
+                        stack.append(child)
                 elif e.is_file(follow_symlinks=False):
                     yield join(root, child), child
             except OSError:
@@ -99,7 +105,8 @@ def grep(args: Args, blobs: Blobs) -> Tuple[GrepReply, Blobs]:
     selected = file_filter(unb64(args["glob"])) if args.get("glob") is not None else None
     search = Search(matcher, args["max_matches"], args["max_line_bytes"], args["budget"])
     st = posix.stat(root)
-    walk = walk_files(root) if file_type(st.st_mode) == "dir" else iter([(root, basename(root))])
+    excluded = frozenset(unb64(name) for name in args["exclude_dirs"])
+    walk = walk_files(root, excluded) if file_type(st.st_mode) == "dir" else iter([(root, basename(root))])
     for path, rel in walk:
         if not (rel and selected and not selected(rel)) and not search.file(path, rel is not None):
             break
