@@ -1,7 +1,7 @@
 """grep's ways of searching give the same result on the same tree:
 
 - **shell**: GNU grep run by bash alone, no interpreter (a fixed string),
-  its lines taken with their MD5;
+  its lines taken when their two copies agree;
 - **script**: the ``grep`` script's Python walk, the shell path handing
   over to it in the same round trip (here: a grep that refuses ``-r``);
 - **walk**: the script with no grep on ``PATH``;
@@ -13,7 +13,6 @@ unreadable directory or file, a name that is not UTF-8)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_sdk import BaseSandbox, GrepResult
+from sandbox_sdk._calls import sed_unescaped
 from sandbox_sdk.errors import InvalidArgumentError
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
@@ -46,7 +46,7 @@ PAST_GREPS_BUFFER = 200_000
 
 
 #: What the shell path runs besides bash and grep.
-SHELL_TOOLS = ("sed", "md5sum")
+SHELL_TOOLS = ("sed",)
 
 
 class Counting(LocalSandbox):
@@ -156,7 +156,7 @@ def sandboxes(tmp_path: Path, root: Path) -> dict[str, Counting]:
 
 def is_shell(command: str) -> bool:
     """Whether a command is a shell grep's (GNU grep, then the script if it must)."""
-    return "| md5sum;" in command
+    return "| LC_ALL=C sed -n" in command
 
 
 def runs(tmp_path: Path, program: str) -> list[str]:
@@ -229,16 +229,32 @@ def test_the_shell_path_needs_no_interpreter(
     assert runs(tmp_path, "python") == []
 
 
-def test_grep_lines_come_with_their_md5(sandboxes: dict[str, Counting]) -> None:
-    """What a shell grep prints is grep's lines, once grep is done, then
-    their MD5 and the marker: nothing else, nothing while grep runs."""
+def test_grep_lines_come_twice_raw_and_escaped(sandboxes: dict[str, Counting]) -> None:
+    """What a shell grep prints is grep's lines, once grep is done, then the
+    same escaped on one line (sed's ``l``) and the marker: nothing else,
+    nothing while grep runs."""
     found = sandboxes["shell"].grep(NEEDLE, "tree")
     assert found == sandboxes["walk"].grep(NEEDLE, "tree")
     ((command, response),) = sandboxes["shell"].calls
-    lines, digest, marker = response.output.encode("utf-8", "surrogateescape").rsplit(b"\n", 3)[:3]
+    lines, escaped, marker = response.output.encode("utf-8", "surrogateescape").rsplit(b"\n", 3)[:3]
     assert lines.startswith(b"tree/") and marker.split()[0] == b"@@SANDBOX_SDK_GREP"
     assert marker.split()[1] in command.encode()
-    assert digest == hashlib.md5(lines + b"\n").hexdigest().encode() + b"  -"
+    assert escaped.isascii() and escaped.endswith(b"$") and b"\\000" in escaped
+    assert sed_unescaped(escaped[:-1]) == lines
+
+
+def test_sed_escapes_are_undone_for_every_byte(tmp_path: Path) -> None:
+    """Every byte, as GNU sed's ``l`` prints it in the C locale, reads back as itself."""
+    every = bytes(range(256)) + b"\\000\\n$"
+    (tmp_path / "bytes").write_bytes(every)
+    done = subprocess.run(
+        ["sed", "-n", "H;$!d;x;s/^\\n//;l 0", str(tmp_path / "bytes")],
+        capture_output=True,
+        check=True,
+        env={"LC_ALL": "C", "PATH": os.environ["PATH"]},
+    )
+    assert done.stdout.isascii() and done.stdout.endswith(b"$\n")
+    assert sed_unescaped(done.stdout[:-2]) == every
 
 
 def test_the_result_is_what_the_walk_finds(sandboxes: dict[str, Counting]) -> None:
@@ -498,7 +514,7 @@ class Decoding(BaseSandbox):
 def test_bytes_the_provider_did_not_keep_send_the_search_to_the_script(
     tmp_path: Path, errors: str, trips: int
 ) -> None:
-    """GNU grep's lines are taken only as the bytes sed printed (their MD5):
+    """GNU grep's lines are taken only as the bytes sed printed (their escaped copy):
     a byte that is not UTF-8, replaced or dropped as the provider decodes
     it, sends the search to the script in a second round trip; UTF-8 text
     is taken however the provider decodes."""
@@ -624,21 +640,24 @@ class Garbling(Counting):
 
 
 #: Where a shell grep's reply is garbled: in grep's lines (a line, a name,
-#: a line number), in their MD5, in the marker.
+#: a line number), in their escaped copy (a line, an escape, its end), in
+#: the marker.
 GARBLED = {
     "line": lambda output: output.index("twice"),
     "name": lambda output: output.index("plain.txt"),
     "number": lambda output: output.index("\0") + 1,
-    "md5": lambda output: output.rindex("  -\n") - 5,
+    "escaped-line": lambda output: output.rindex("twice"),
+    "escaped-escape": lambda output: output.rindex("\\000") + 3,
+    "escaped-end": lambda output: output.rindex("$\n"),
     "marker": lambda output: output.rindex("@@SANDBOX_SDK_GREP") + 3,
 }
 
 
 @pytest.mark.parametrize("where", GARBLED)
 def test_a_garbled_reply_is_not_taken(sandboxes: dict[str, Counting], root: Path, where: str) -> None:
-    """grep's lines are taken only if their MD5, computed in the sandbox, is
-    theirs: else the script searches, in a second round trip (whose frame
-    has its own check)."""
+    """grep's lines are taken only if their escaped copy, printed in the
+    sandbox, is the same bytes: else the script searches, in a second round
+    trip (whose frame has its own check)."""
     sandbox = Garbling(root, GARBLED[where])
     found = sandbox.grep(NEEDLE, "tree")
     assert found == sandboxes["walk"].grep(NEEDLE, "tree")
