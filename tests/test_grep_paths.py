@@ -1,12 +1,11 @@
 """grep's ways of searching give the same result on the same tree:
 
 - **shell**: GNU grep run by bash alone, no interpreter (a fixed string),
-  its lines taken with their MD5;
-- **script**: the ``grep`` script running GNU grep with an argument vector
-  over the files its walk found (here: a grep that refuses ``-r``, so the
-  shell path hands over to the script in the same round trip);
-- **walk**: the script's Python walk (no grep on ``PATH``);
-- **failing**: a grep that always fails, so the script falls back to its walk.
+  its lines taken when their two copies agree;
+- **script**: the ``grep`` script's Python walk, the shell path handing
+  over to it in the same round trip (here: a grep that refuses ``-r``);
+- **walk**: the script with no grep on ``PATH``;
+- **failing**: a grep that always fails.
 
 Hostile names, binary files, CRLF and long lines, symlinks and a FIFO, caps;
 and what sends the shell path to the script (a binary file that matches, an
@@ -14,7 +13,6 @@ unreadable directory or file, a name that is not UTF-8)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -24,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from sandbox_sdk import BaseSandbox, GrepResult
+from sandbox_sdk._calls import sed_unescaped
+from sandbox_sdk.errors import InvalidArgumentError
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
-from sandbox_sdk.remote import grep as script
-from sandbox_sdk.remote._runtime import b64, unb64
 
 NEEDLE = "needle"
 #: The sandbox's interpreter itself (``python3`` on the host may be a shim that needs more of ``PATH``).
@@ -48,7 +46,7 @@ PAST_GREPS_BUFFER = 200_000
 
 
 #: What the shell path runs besides bash and grep.
-SHELL_TOOLS = ("sed", "md5sum")
+SHELL_TOOLS = ("sed",)
 
 
 class Counting(LocalSandbox):
@@ -158,7 +156,7 @@ def sandboxes(tmp_path: Path, root: Path) -> dict[str, Counting]:
 
 def is_shell(command: str) -> bool:
     """Whether a command is a shell grep's (GNU grep, then the script if it must)."""
-    return "| md5sum;" in command
+    return "| LC_ALL=C sed -n" in command
 
 
 def runs(tmp_path: Path, program: str) -> list[str]:
@@ -231,16 +229,32 @@ def test_the_shell_path_needs_no_interpreter(
     assert runs(tmp_path, "python") == []
 
 
-def test_grep_lines_come_with_their_md5(sandboxes: dict[str, Counting]) -> None:
-    """What a shell grep prints is grep's lines, once grep is done, then
-    their MD5 and the marker: nothing else, nothing while grep runs."""
+def test_grep_lines_come_twice_raw_and_escaped(sandboxes: dict[str, Counting]) -> None:
+    """What a shell grep prints is grep's lines, once grep is done, then the
+    same escaped on one line (sed's ``l``) and the marker: nothing else,
+    nothing while grep runs."""
     found = sandboxes["shell"].grep(NEEDLE, "tree")
     assert found == sandboxes["walk"].grep(NEEDLE, "tree")
     ((command, response),) = sandboxes["shell"].calls
-    lines, digest, marker = response.output.encode("utf-8", "surrogateescape").rsplit(b"\n", 3)[:3]
+    lines, escaped, marker = response.output.encode("utf-8", "surrogateescape").rsplit(b"\n", 3)[:3]
     assert lines.startswith(b"tree/") and marker.split()[0] == b"@@SANDBOX_SDK_GREP"
     assert marker.split()[1] in command.encode()
-    assert digest == hashlib.md5(lines + b"\n").hexdigest().encode() + b"  -"
+    assert escaped.isascii() and escaped.endswith(b"$") and b"\\000" in escaped
+    assert sed_unescaped(escaped[:-1]) == lines
+
+
+def test_sed_escapes_are_undone_for_every_byte(tmp_path: Path) -> None:
+    """Every byte, as GNU sed's ``l`` prints it in the C locale, reads back as itself."""
+    every = bytes(range(256)) + b"\\000\\n$"
+    (tmp_path / "bytes").write_bytes(every)
+    done = subprocess.run(
+        ["sed", "-n", "H;$!d;x;s/^\\n//;l 0", str(tmp_path / "bytes")],
+        capture_output=True,
+        check=True,
+        env={"LC_ALL": "C", "PATH": os.environ["PATH"]},
+    )
+    assert done.stdout.isascii() and done.stdout.endswith(b"$\n")
+    assert sed_unescaped(done.stdout[:-2]) == every
 
 
 def test_the_result_is_what_the_walk_finds(sandboxes: dict[str, Counting]) -> None:
@@ -428,22 +442,20 @@ def test_without_python3_gnu_grep_still_searches(root: Path, tmp_path: Path) -> 
 
 
 def test_grep_output_is_what_is_taken(sandboxes: dict[str, Counting], tmp_path: Path, root: Path) -> None:
-    """Greps that add a line of their own: the line shows up, so the result
-    came from grep's output (the walk could not have found it), on both the
-    shell path and the script's."""
-    for name, refused in (("shell", "-x"), ("script", "-r")):
-        folder = tmp_path / f"bin-lying-{name}"
-        shutil.copytree(tmp_path / "bin-walk", folder, symlinks=True)
-        lying = folder / "grep"
-        lying.write_text(
-            refuse(refused).replace("exec ", "")
-            + 'for last; do :; done\n[ -d "$last" ] && last="$last/plain.txt"\n'
-            + f"printf '%s\\0999:{NEEDLE} from grep\\n' \"$last\"\n"
-        )
-        lying.chmod(0o755)
-        result = LocalSandbox(root, env={"PATH": str(folder)}).grep(NEEDLE, "tree")
-        extra = [m for m in result.matches if m.line_number == 999]
-        assert [m.line for m in extra] == [f"{NEEDLE} from grep"], name
+    """A grep that adds a line of its own: the line shows up, so the result
+    came from grep's output (the walk could not have found it)."""
+    folder = tmp_path / "bin-lying"
+    shutil.copytree(tmp_path / "bin-walk", folder, symlinks=True)
+    lying = folder / "grep"
+    lying.write_text(
+        f'#!/bin/sh\n{GREP} "$@"\nstatus=$?\n'
+        + 'for last; do :; done\n[ -d "$last" ] && last="$last/plain.txt"\n'
+        + f"printf '%s\\0999:{NEEDLE} from grep\\n' \"$last\"\nexit $status\n"
+    )
+    lying.chmod(0o755)
+    result = LocalSandbox(root, env={"PATH": str(folder)}).grep(NEEDLE, "tree")
+    extra = [m for m in result.matches if m.line_number == 999]
+    assert [m.line for m in extra] == [f"{NEEDLE} from grep"]
 
 
 def test_a_long_pattern_is_the_scripts(sandboxes: dict[str, Counting], tmp_path: Path, root: Path) -> None:
@@ -502,7 +514,7 @@ class Decoding(BaseSandbox):
 def test_bytes_the_provider_did_not_keep_send_the_search_to_the_script(
     tmp_path: Path, errors: str, trips: int
 ) -> None:
-    """GNU grep's lines are taken only as the bytes sed printed (their MD5):
+    """GNU grep's lines are taken only as the bytes sed printed (their escaped copy):
     a byte that is not UTF-8, replaced or dropped as the provider decodes
     it, sends the search to the script in a second round trip; UTF-8 text
     is taken however the provider decodes."""
@@ -515,22 +527,6 @@ def test_bytes_the_provider_did_not_keep_send_the_search_to_the_script(
         assert sandbox.grep(NEEDLE, path) == expected
         assert sandbox.calls == round_trips
     assert [m.line for m in LocalSandbox(tmp_path).grep(NEEDLE, "b.txt").matches] == [f"{NEEDLE} \ufffd"]
-
-
-def test_the_script_starts_grep_only_for_files_worth_its_start(
-    sandboxes: dict[str, Counting], tmp_path: Path
-) -> None:
-    """A few small files cost the Python search less than GNU grep's start:
-    the script searches them itself; over 128 KiB of them, with grep (a
-    brace glob sends both searches to the script)."""
-    shell = sandboxes["shell"]
-    small = shell.grep(NEEDLE, "tree", glob="{plain,empty}.txt")
-    assert runs(tmp_path, "grep") == []
-    large = shell.grep(NEEDLE, "tree", glob="{late-nul,plain}.txt")
-    assert [line.split()[0] for line in runs(tmp_path, "grep")] == ["-a"]
-    walk = sandboxes["walk"]
-    assert small == walk.grep(NEEDLE, "tree", glob="{plain,empty}.txt")
-    assert large == walk.grep(NEEDLE, "tree", glob="{late-nul,plain}.txt")
 
 
 def test_a_plain_word_regex_is_searched_as_one(sandboxes: dict[str, Counting], tmp_path: Path) -> None:
@@ -569,7 +565,7 @@ def test_a_pattern_with_a_nul_is_searched_for_itself(sandboxes: dict[str, Counti
     the NUL, and grep would find what comes before it, on every line that
     has it)."""
     tree = root / "tree"
-    # a NUL past 8 KiB is text to the script; over 128 KiB, a batch for its own GNU grep
+    # a NUL past 8 KiB is text to the script
     (tree / "late.txt").write_bytes(b"a" * 9000 + b"\nfirst\0line\nfirst line\n" + b"b" * 200_000 + b"\n")
     results = search_all(sandboxes, "first\0line")
     assert results["shell"] == results["script"] == results["walk"] == results["failing"]
@@ -582,7 +578,7 @@ def test_a_pattern_with_a_nul_is_searched_for_itself(sandboxes: dict[str, Counti
 def test_a_pattern_over_an_arguments_limit_is_searched(sandboxes: dict[str, Counting], root: Path) -> None:
     """Linux refuses an argument over 128 KiB: the script searches a longer
     pattern in Python (the shell path leaves it to the script, which gets
-    its arguments on standard input), not with its GNU grep."""
+    its arguments on standard input)."""
     pattern = "z" * 200_000
     (root / "tree" / "long.txt").write_text(f"a {pattern} b\n{pattern[1:]}\n")
     results = search_all(sandboxes, pattern)
@@ -597,8 +593,8 @@ def test_a_line_of_megabytes_is_cut_as_the_script_cuts_it(
     sandboxes: dict[str, Counting], root: Path, tmp_path: Path
 ) -> None:
     """A line of megabytes: GNU grep's output is cut by the provider, and
-    the script searches (its own GNU grep run takes the line in one pass)
-    and cuts the line as it cuts every long line."""
+    the script searches (reading the line once) and cuts it as it cuts
+    every long line."""
     half = 12 * 1024 * 1024
     (root / "big").mkdir()
     (root / "big" / "big.txt").write_bytes(b"x" * half + NEEDLE.encode() + b"y" * half + b"\n")
@@ -607,7 +603,7 @@ def test_a_line_of_megabytes_is_cut_as_the_script_cuts_it(
     assert [(m.line_truncated, m.line) for m in results["shell"].matches] == [(True, "x" * 1000)]
     (shell, cut), (script, answer) = sandboxes["shell"].calls
     assert is_shell(shell) and cut.truncated and not is_shell(script) and not answer.truncated
-    assert [line.split()[0] for line in runs(tmp_path, "grep")] == ["-r", "-a"]
+    assert [line.split()[0] for line in runs(tmp_path, "grep")] == ["-r"]
 
 
 @pytest.mark.slow
@@ -644,21 +640,24 @@ class Garbling(Counting):
 
 
 #: Where a shell grep's reply is garbled: in grep's lines (a line, a name,
-#: a line number), in their MD5, in the marker.
+#: a line number), in their escaped copy (a line, an escape, its end), in
+#: the marker.
 GARBLED = {
     "line": lambda output: output.index("twice"),
     "name": lambda output: output.index("plain.txt"),
     "number": lambda output: output.index("\0") + 1,
-    "md5": lambda output: output.rindex("  -\n") - 5,
+    "escaped-line": lambda output: output.rindex("twice"),
+    "escaped-escape": lambda output: output.rindex("\\000") + 3,
+    "escaped-end": lambda output: output.rindex("$\n"),
     "marker": lambda output: output.rindex("@@SANDBOX_SDK_GREP") + 3,
 }
 
 
 @pytest.mark.parametrize("where", GARBLED)
 def test_a_garbled_reply_is_not_taken(sandboxes: dict[str, Counting], root: Path, where: str) -> None:
-    """grep's lines are taken only if their MD5, computed in the sandbox, is
-    theirs: else the script searches, in a second round trip (whose frame
-    has its own check)."""
+    """grep's lines are taken only if their escaped copy, printed in the
+    sandbox, is the same bytes: else the script searches, in a second round
+    trip (whose frame has its own check)."""
     sandbox = Garbling(root, GARBLED[where])
     found = sandbox.grep(NEEDLE, "tree")
     assert found == sandboxes["walk"].grep(NEEDLE, "tree")
@@ -667,37 +666,92 @@ def test_a_garbled_reply_is_not_taken(sandboxes: dict[str, Counting], root: Path
     assert "@@SANDBOX_SDK_GREP_FALLBACK" not in garbled.output
 
 
-def test_the_scripts_grep_records_span_read_blocks(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The script reads its GNU grep's records in blocks, and a record may
-    span many (a long name, a line of megabytes), each looked through once:
-    read 7 bytes at a time, they give what whole blocks and the Python walk
-    give."""
-    tree = root / "tree"
-    (tree / "long.txt").write_bytes(b"x" * 300_000 + NEEDLE.encode() + b"\n" + NEEDLE.encode() + b"\n")
-    args = {
-        "path": b64(os.fsencode(tree)),
-        "pattern": b64(NEEDLE.encode()),
-        "fixed_strings": True,
-        "ignore_case": False,
-        "glob": None,
-        "max_matches": 1000,
-        "max_line_bytes": 1000,
-        "budget": 10**6,
-    }
-    taken: list[int] = []
-    take = script.Replay.take
+def make_excluded_tree(tree: Path) -> None:
+    """``.git`` directories at the top and nested, a file named ``.git``, a
+    ``node_modules``, and a directory whose name has shell and glob syntax."""
+    names = [".git/config", "a/.git/HEAD", "a/b.txt", "c/.git", "node_modules/m.js"]
+    for name in [*names, "$(touch pwned)/x", "[x]/y"]:
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(f"{NEEDLE} in {name}\n")
+    (tree / "x").mkdir()
+    (tree / "x" / "z").write_text(NEEDLE)
 
-    def counted(replay: script.Replay, fd: int) -> bool:
-        taken.append(fd)
-        return take(replay, fd)
 
-    monkeypatch.setattr(script.Replay, "take", counted)
-    whole = script.grep(args, [])
-    monkeypatch.setattr(script, "READ_BLOCK", 7)
-    assert script.grep(args, []) == whole and len(taken) == 2
-    monkeypatch.setattr(script, "find_program", lambda name: None)
-    assert script.grep(args, []) == whole and len(taken) == 2
-    long = [
-        (number, cut) for path, number, _, cut in whole[0]["matches"] if unb64(path).endswith(b"/long.txt")
-    ]
-    assert long == [(1, True), (2, False)]
+def found_files(result: GrepResult, under: str) -> set[str]:
+    return {os.path.relpath(m.path, under) for m in result.matches}
+
+
+EXCLUDED_CASES = [
+    pytest.param({}, {".git/config", "a/.git/HEAD"}, id="default"),
+    pytest.param({"exclude_dirs": ()}, set(), id="none"),
+    pytest.param(
+        {"exclude_dirs": [".git", "node_modules"]},
+        {".git/config", "a/.git/HEAD", "node_modules/m.js"},
+        id="two",
+    ),
+    pytest.param({"exclude_dirs": ("a",)}, {"a/.git/HEAD", "a/b.txt"}, id="nested-below"),
+    pytest.param({"exclude_dirs": ("$(touch pwned)",)}, {"$(touch pwned)/x"}, id="shell-syntax"),
+    # a glob's syntax is the name itself: "[x]" is not "x"
+    pytest.param({"exclude_dirs": ("[x]", "*")}, {"[x]/y"}, id="glob-syntax"),
+    pytest.param({"exclude_dirs": (".git",), "glob": "*.txt"}, set(), id="with-glob"),
+]
+
+
+@pytest.mark.parametrize(("options", "left_out"), EXCLUDED_CASES)
+def test_excluded_directories_are_skipped_by_every_way(
+    sandboxes: dict[str, Counting], root: Path, tmp_path: Path, options: dict[str, object], left_out: set[str]
+) -> None:
+    """``exclude_dirs`` are whole directory names at any depth, as GNU grep's
+    ``--exclude-dir`` and the script's walk both take them: a file named
+    ``.git`` is searched, and so is ``node_modules`` by default."""
+    tree = root / "excl"
+    make_excluded_tree(tree)
+    shell = sandboxes["shell"].grep(NEEDLE, "excl", **options)  # type: ignore[arg-type]
+    ((command, _),) = sandboxes["shell"].calls
+    assert "pwned" not in command
+    # glob syntax sends the search to the script: --exclude-dir would read it as a glob
+    by_grep = options.get("exclude_dirs") != ("[x]", "*")
+    assert is_shell(command) == by_grep and (runs(tmp_path, "python") == []) == by_grep
+    results = {name: sandbox.grep(NEEDLE, "excl", **options) for name, sandbox in sandboxes.items()}  # type: ignore[arg-type]
+    assert shell == results["shell"] == results["script"] == results["walk"] == results["failing"]
+    glob = options.get("glob")
+    everything = sandboxes["walk"].grep(NEEDLE, "excl", exclude_dirs=())
+    expected = {rel for rel in found_files(everything, "excl") if glob is None or rel.endswith(".txt")}
+    assert found_files(shell, "excl") == expected - left_out
+    assert "c/.git" in found_files(shell, "excl") or glob is not None
+    assert not (tree / "pwned").exists() and not (root / "pwned").exists()
+
+
+@pytest.mark.parametrize("under", ["excl/.git", "excl/.git/", "excl/a/.git", "excl/a"])
+def test_a_search_rooted_at_an_excluded_directory_searches_it(
+    sandboxes: dict[str, Counting], root: Path, under: str
+) -> None:
+    """The root itself is never excluded (GNU grep would skip a directory
+    operand of that name: the script searches it), but what is below it is."""
+    tree = root / "excl"
+    make_excluded_tree(tree)
+    (tree / ".git" / "modules" / ".git").mkdir(parents=True)
+    (tree / ".git" / "modules" / ".git" / "deep").write_text(NEEDLE)
+    (tree / "a" / ".git" / "sub").mkdir()
+    (tree / "a" / ".git" / "sub" / "f").write_text(NEEDLE)
+    options = {"exclude_dirs": (".git", "a")}
+    results = {name: sandbox.grep(NEEDLE, under, **options) for name, sandbox in sandboxes.items()}  # type: ignore[arg-type]
+    assert results["shell"] == results["script"] == results["walk"] == results["failing"]
+    expected = {
+        "excl/.git": {"config"},
+        "excl/.git/": {"config"},
+        "excl/a/.git": {"HEAD", "sub/f"},
+        "excl/a": {"b.txt"},
+    }[under]
+    assert found_files(results["shell"], under) == expected
+
+
+@pytest.mark.parametrize(
+    "exclude_dirs",
+    [".git", b".git", [".git/x"], ["/"], [""], ["."], [".."], ["a\0b"], [1], ["\udc80\ud800"], None],
+)
+def test_exclude_dirs_that_are_not_directory_names_are_refused(root: Path, exclude_dirs: object) -> None:
+    sandbox = Counting(root)
+    with pytest.raises(InvalidArgumentError, match="exclude_dirs"):
+        sandbox.grep(NEEDLE, "tree", exclude_dirs=exclude_dirs)  # type: ignore[arg-type]
+    assert sandbox.calls == []

@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import binascii
 import gc
-import hashlib
 import json
 import posixpath
 import re
@@ -250,15 +249,25 @@ class CommandCall(_ScriptedCall["Reply[V] | None"]):
         return self.timeout
 
 
-#: Printed with the nonce after GNU grep's records and their MD5 (see :class:`ShellGrepCall`).
+#: Printed with the nonce after GNU grep's records, twice (see :class:`ShellGrepCall`).
 SHELL_GREP_MARKER = f"{protocol.FRAME_MARKER}_GREP"
 #: Printed with the nonce when the shell grep hands the search over to the script.
 SHELL_GREP_FALLBACK_MARKER = f"{protocol.FRAME_MARKER}_GREP_FALLBACK"
 #: The pattern, root and glob bytes a shell grep takes, together (each byte
 #: is four in the command).
 SHELL_GREP_VALUE_BYTES = 4096
-#: ``md5sum``'s line for its standard input: 32 hex digits, two spaces, ``-``.
-_MD5_LINE = re.compile(r"([0-9a-f]{32})  -\n")
+#: An escape of GNU sed's ``l`` in the C locale: a backslash, a C escape or
+#: three octal digits (every other byte is printable ASCII, itself).
+_SED_ESCAPE = re.compile(rb"\\([0-7]{3}|[\\abfnrtv])")
+_SED_ESCAPED = {
+    **{f"{byte:03o}".encode(): bytes([byte]) for byte in range(256)},
+    **{bytes([c]): bytes([byte]) for c, byte in zip(b"\\abfnrtv", b"\\\a\b\f\n\r\t\v", strict=True)},
+}
+
+
+def sed_unescaped(text: bytes) -> bytes:
+    """The bytes GNU sed's ``l`` printed as ``text`` (no ``$`` at its end)."""
+    return _SED_ESCAPE.sub(lambda escape: _SED_ESCAPED[escape[1]], text)
 
 
 def printf_escapes(data: bytes) -> str:
@@ -303,10 +312,12 @@ class ShellGrepCall(Call["GrepResult | None"]):
     messages (a binary file that matches, an unreadable entry, an option it
     lacks: ``--no-ignore-case`` excludes busybox and GNU grep before 3.3)
     and past ``max_matches`` lines: the script then searches in the same
-    round trip. Otherwise sed prints the lines once grep is done, and their
-    MD5 (by ``md5sum``) and a marker with the nonce follow: the client
-    takes the lines only if they are the bytes sed printed, so that a reply
-    garbled in transit is never a result.
+    round trip. Otherwise sed prints the lines once grep is done, then the
+    same lines escaped (its ``l``: ASCII only), and a marker with the nonce
+    follows: the client takes the lines only if the two copies are the same
+    bytes, so that a reply garbled in transit (one copy changed) or with a
+    byte the provider replaced or dropped (the raw copy lost it, the escaped
+    one kept it) is never a result.
 
     Without bash, for a missing root, or where grep cannot start, the same
     command runs the script (with the same nonce), whose frame is the
@@ -324,53 +335,62 @@ class ShellGrepCall(Call["GrepResult | None"]):
     pattern: bytes
     root: bytes
     glob: bytes | None
+    #: The script's ``exclude_dirs``: directory names, none with a ``/``.
+    exclude_dirs: tuple[bytes, ...] = ()
     timeout: float | None = None
 
     @staticmethod
-    def takes(pattern: bytes, root: bytes, glob: bytes | None) -> bool:
+    def takes(pattern: bytes, root: bytes, glob: bytes | None, exclude_dirs: tuple[bytes, ...] = ()) -> bool:
         """Whether GNU grep finds exactly the script's lines and files: a
         pattern that is UTF-8 (a byte match is then a text match), one line,
         not ending in CR (the script strips a line's CRs before matching),
         with no NUL (no argument can hold one); a glob of a name with no
         class, brace, escape or ``/`` (fnmatch reads those otherwise); a
         root other than ``-`` (grep's standard input, even after ``--``);
-        and values small enough to be escaped beside the script in one
-        command."""
+        ``exclude_dirs`` with no ``*?[]\\`` (``--exclude-dir`` reads a
+        value with none as the whole name, as the script's walk does) and
+        none the root's own name (``--exclude-dir`` also skips a directory
+        operand of that name; the script searches it); and values small
+        enough to be escaped beside the script in one command."""
         try:
             pattern.decode("utf-8")
         except UnicodeDecodeError:
             return False
         plain_glob = glob is None or not any(c in glob for c in b"/[]{}\\")
-        small = len(pattern) + len(root) + len(glob or b"") <= SHELL_GREP_VALUE_BYTES
+        plain_names = not any(c in name for name in exclude_dirs for c in b"*?[]\\")
+        outside = root.rstrip(b"/").rpartition(b"/")[2] not in exclude_dirs
+        values = (pattern, root, glob or b"", *exclude_dirs)
+        small = sum(map(len, values)) <= SHELL_GREP_VALUE_BYTES
         one_line = b"\n" not in pattern and b"\0" not in pattern and not pattern.endswith(b"\r")
-        return one_line and plain_glob and small and root != b"-"
+        return one_line and plain_glob and plain_names and outside and small and root != b"-"
 
     def command(self, max_bytes: int, scripts: Session) -> tuple[str, str]:
         # The script runs only when grep cannot answer: the command leaves it
         # out (8 KB less for bash to take: ~0.5 ms of a 10 ms grep) unless it
         # is known missing; a fallback that finds none is sent again in full.
         script, nonce = self.script.command(max_bytes, scripts, seldom_run=True)
-        values = {"p": self.pattern, "r": self.root, "g": self.glob}
+        excluded = {f"x{i}": name for i, name in enumerate(self.exclude_dirs)}
+        values = {"p": self.pattern, "r": self.root, "g": self.glob, **excluded}
         assign = "; ".join(f"printf -v {k} '{printf_escapes(v)}'" for k, v in values.items() if v is not None)
         # --include is matched against a file operand's whole path: hence a
         # directory root with a glob.
         include, root = (' --include="$g"', "-d") if values["g"] is not None else ("", "-e")
+        include += "".join(f' --exclude-dir="${k}"' for k in excluded)
         cap = self.script.args["max_matches"]
         # grep's messages join its lines (each written whole). sed holds the
         # lines and quits, printing none, with status 6 at the first line
         # with no NUL (a message, or a name with a newline), or with 5 past
         # the cap (-m bounds one file only): the script then takes over in
         # this round trip (it stops at the cap in walk order). At the last
-        # line, sed prints them to standard output (descriptor 3) and to
-        # md5sum: nothing is written while grep runs (output then wakes the
-        # provider's reader for nothing), and their MD5 and the marker
-        # follow them.
-        held = f"/\\x00/!Q6;{cap + 1}Q5;H;$!d;x;s/^\\n//;p;w /dev/stderr"
+        # line, sed prints them, then the same escaped on one line (``l 0``,
+        # ending in ``$``): nothing is written while grep runs (output then
+        # wakes the provider's reader for nothing), and the marker follows.
+        # Two copies, not a digest: a digest took a third process.
+        held = f"/\\x00/!Q6;{cap + 1}Q5;H;$!d;x;s/^\\n//;p;l 0"
         run = (
-            f"{{ LC_ALL=C grep -r -H -n --null --line-buffered -F -D skip --no-ignore-case"
-            f' -m {cap + 1}{include} -e "$p" -- "$r" 2>&1'
-            f" | LC_ALL=C sed -n '{held}' 2>&1 >&3 | md5sum; }} 3>&1;"
-            f' case "${{PIPESTATUS[*]}}" in "0 0 0" | "1 0 0")'
+            f"LC_ALL=C grep -r -H -n --null --line-buffered -F -D skip --no-ignore-case"
+            f' -m {cap + 1}{include} -e "$p" -- "$r" 2>&1 | LC_ALL=C sed -n \'{held}\';'
+            f' case "${{PIPESTATUS[*]}}" in "0 0" | "1 0")'
             f" printf '%s %s\\n' {SHELL_GREP_MARKER} {nonce}; exit 0 ;; esac"
         )
         command = (
@@ -393,19 +413,22 @@ class ShellGrepCall(Call["GrepResult | None"]):
             if response.truncated:  # its frame did not fit beside what came before
                 return None
             return grep_result(self.script.decode(response, nonce)[0])
-        # grep's lines, their MD5 and the marker, whole: else (cut, garbled,
+        # grep's lines, escaped, and the marker, whole: else (cut, garbled,
         # a byte the provider replaced or dropped) the script searches.
         lines, marker, rest = output.rpartition(f"{SHELL_GREP_MARKER} {nonce}")
-        digest = _MD5_LINE.fullmatch(lines[-36:])
-        if not marker or rest not in ("\n", "") or digest is None or response.truncated or response.exit_code:
+        if not marker or rest not in ("\n", "") or response.truncated or response.exit_code:
+            return None
+        if not lines:  # no line matched: sed printed nothing
+            return self._search(b"")
+        raw, newline, escaped = lines.removesuffix("$\n").rpartition("\n")
+        if not newline or not lines.endswith("$\n"):
             return None
         try:
-            data = lines[:-36].encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:  # a character no byte decodes to
+            data = raw.encode("utf-8", "surrogateescape") + b"\n"
+            copy = sed_unescaped(escaped.encode("ascii")) + b"\n"
+        except UnicodeEncodeError:  # a character no byte decodes to, in either copy
             return None
-        if hashlib.md5(data, usedforsecurity=False).hexdigest() != digest[1]:
-            return None
-        return self._search(data)
+        return self._search(data) if data == copy else None
 
     def _search(self, data: bytes) -> GrepResult | None:
         """The script's result from GNU grep's ``path NUL number : line LF``

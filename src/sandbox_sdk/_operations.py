@@ -112,6 +112,12 @@ V = TypeVar("V")
 DEFAULT_MAX_READ_BYTES = 64 * 1024 * 1024
 #: Longest line text ``grep`` returns; longer lines are cut and flagged.
 GREP_LINE_BYTES = 1000
+#: The directories ``grep`` skips unless told otherwise: git's own data
+#: (compressed objects, never the user's files), as deepagents skips it.
+#: ``node_modules`` is searched: it may hold the user's own code (a
+#: workspace's packages, a patched dependency), which a default must not
+#: leave out of a result without a word.
+GREP_EXCLUDE_DIRS: tuple[str, ...] = (".git",)
 
 
 class SandboxOperations(SandboxCore):
@@ -351,17 +357,23 @@ class SandboxOperations(SandboxCore):
         fixed_strings: bool = True,
         ignore_case: bool = False,
         max_matches: int = 1000,
+        exclude_dirs: Sequence[str] = GREP_EXCLUDE_DIRS,
     ) -> Operation[GrepResult]:
         """Lines containing ``pattern`` (a Python regex with ``fixed_strings=False``)
-        in regular files below ``path``, optionally only files matching ``glob``."""
+        in regular files below ``path``, optionally only files matching ``glob``.
+        Directories below ``path`` named one of ``exclude_dirs`` (whole names, at
+        any depth; never ``path`` itself) are not searched: ``.git`` by default,
+        as deepagents does (docs/protocol.md, "grep")."""
         encoded = _pattern(pattern)
         if glob is not None and not isinstance(glob, str):
             raise errors.InvalidArgumentError("glob must be a str or None")
         root = check_path("." if path is None else path)
+        excluded = _directory_names("exclude_dirs", exclude_dirs)
         args = {
             "pattern": encoded,
             "path": root,
             "glob": None if glob is None else protocol.encode_path(glob),
+            "exclude_dirs": [protocol.encode_path(name) for name in excluded],
             "fixed_strings": check_flag("fixed_strings", fixed_strings),
             "ignore_case": check_flag("ignore_case", ignore_case),
             "max_matches": check_int("max_matches", max_matches, 1),
@@ -372,7 +384,8 @@ class SandboxOperations(SandboxCore):
         # GNU grep without an interpreter where it finds what the script would
         # (docs/protocol.md, "grep"); the script otherwise, or if it must
         # search after all (in the same round trip where the sandbox can tell)
-        raw = (os.fsencode(pattern), base64.b64decode(root), None if glob is None else os.fsencode(glob))
+        raw_glob = None if glob is None else os.fsencode(glob)
+        raw = (os.fsencode(pattern), base64.b64decode(root), raw_glob, excluded)
         literal = is_literal(raw[0], fixed_strings)  # a plain word is a regex's own text
         if literal and not ignore_case and ShellGrepCall.takes(*raw):
             shell = yield from ShellGrepCall(script, script.what, *raw)
@@ -712,6 +725,28 @@ def _consuming(step: Call[R] | Operation[R], staged: Sequence[str]) -> Operation
         if can_clean_up(exc):
             yield from discard(staged)
         raise
+
+
+def _directory_names(name: str, values: object) -> tuple[bytes, ...]:
+    """Directory names (``grep``'s ``exclude_dirs``): a sequence of non-empty
+    str, each one whole name (no ``/``, no NUL, not ``.`` or ``..``), as
+    bytes; a lone str is refused (it would be taken as its characters)."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise errors.InvalidArgumentError(f"{name} must be a sequence of str, not {type(values).__name__}")
+    names = []
+    for value in values:
+        if not isinstance(value, str):
+            raise errors.InvalidArgumentError(f"{name} must hold str, not {type(value).__name__}")
+        try:
+            raw = os.fsencode(value)
+        except UnicodeEncodeError as exc:  # a lone surrogate outside surrogateescape's range
+            raise errors.InvalidArgumentError(f"{name}: {value!r} is not Unicode: {exc.reason}") from None
+        if not raw or b"/" in raw or b"\0" in raw or raw in (b".", b".."):
+            raise errors.InvalidArgumentError(
+                f"{name}: {value!r} is not a directory name (non-empty, no '/' or NUL, not '.' or '..')"
+            )
+        names.append(raw)
+    return tuple(names)
 
 
 def _pattern(pattern: str) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import BinaryIO
 
 from sandbox_sdk._core import PathArg
-from sandbox_sdk._operations import DEFAULT_MAX_READ_BYTES, SandboxOperations
+from sandbox_sdk._operations import DEFAULT_MAX_READ_BYTES, GREP_EXCLUDE_DIRS, SandboxOperations
 from sandbox_sdk.models import (
     DirectoryTransferResult,
     EditResult,
@@ -275,9 +275,13 @@ class BaseSandbox(SandboxOperations):
         fixed_strings: bool = True,
         ignore_case: bool = False,
         max_matches: int = 1000,
+        exclude_dirs: Sequence[str] = GREP_EXCLUDE_DIRS,
     ) -> GrepResult:
         """Lines containing ``pattern`` (a Python regex with ``fixed_strings=False``)
-        in regular files below ``path``, optionally only files matching ``glob``."""
+        in regular files below ``path``, optionally only files matching ``glob``.
+        Directories below ``path`` named one of ``exclude_dirs`` (whole names, at
+        any depth; never ``path`` itself) are not searched: ``.git`` by default,
+        as deepagents does (docs/protocol.md, "grep")."""
         return self._drive(
             self._op_grep(
                 pattern,
@@ -286,6 +290,7 @@ class BaseSandbox(SandboxOperations):
                 fixed_strings=fixed_strings,
                 ignore_case=ignore_case,
                 max_matches=max_matches,
+                exclude_dirs=exclude_dirs,
             )
         )
 
@@ -298,10 +303,14 @@ class BaseSandbox(SandboxOperations):
         fixed_strings: bool = True,
         ignore_case: bool = False,
         max_matches: int = 1000,
+        exclude_dirs: Sequence[str] = GREP_EXCLUDE_DIRS,
     ) -> GrepResult:
         """Async twin of :meth:`grep`: lines containing ``pattern`` (a Python regex
         with ``fixed_strings=False``) in regular files below ``path``,
-        optionally only files matching ``glob``."""
+        optionally only files matching ``glob``. Directories below ``path``
+        named one of ``exclude_dirs`` (whole names, at any depth; never ``path``
+        itself) are not searched: ``.git`` by default, as deepagents does
+        (docs/protocol.md, "grep")."""
         return await self._adrive(
             self._op_grep(
                 pattern,
@@ -310,6 +319,7 @@ class BaseSandbox(SandboxOperations):
                 fixed_strings=fixed_strings,
                 ignore_case=ignore_case,
                 max_matches=max_matches,
+                exclude_dirs=exclude_dirs,
             )
         )
 

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors
+from sandbox_sdk._operations import GREP_EXCLUDE_DIRS
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.integrations import _texts as texts
 from sandbox_sdk.models import EditResult, ExecuteResponse, FileInfo, GlobResult, GrepResult, ReadResult
@@ -172,6 +173,11 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
     twins, so a provider with a native async client is never driven through
     threads. Paths must be absolute, as deepagents' tools always send them.
     """
+
+    #: Directory names ``grep`` skips at any depth (never the search root
+    #: itself), as deepagents 0.7's ``BaseSandbox.grep_exclude_dirs``: ``.git``
+    #: unless a subclass or instance sets others (``()`` searches everything).
+    grep_exclude_dirs: Sequence[str] = GREP_EXCLUDE_DIRS
 
     def __init__(self, sandbox: BaseSandbox) -> None:
         self.sandbox = sandbox
@@ -389,16 +395,16 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
 
     # -- grep / glob -------------------------------------------------------------------
 
-    @staticmethod
     def _plan_grep(
-        pattern: str, path: str | None, glob: str | None, max_count: int | None
+        self, pattern: str, path: str | None, glob: str | None, max_count: int | None
     ) -> Plan[da.GrepResult]:
         if path is not None and (error := _path_error(path)):
             return da.GrepResult(error=error)
         cap = DEFAULT_GREP_MATCHES if max_count is None else max(int(max_count), 0)
         try:
             # One match past the cap tells "exactly at the cap" from "more exist".
-            found: GrepResult = yield ("grep", (pattern, path), {"glob": glob, "max_matches": cap + 1})
+            options = {"glob": glob, "max_matches": cap + 1, "exclude_dirs": self.grep_exclude_dirs}
+            found: GrepResult = yield ("grep", (pattern, path), options)
         except errors.SandboxError as exc:
             return da.GrepResult(error=texts.error_text("search", path or ".", exc))
         matches: list[da.GrepMatch] = [

@@ -611,8 +611,8 @@ class SandboxConformanceTests(SandboxSuite):
     def test_grep_a_garbled_reply_is_not_a_result(
         self, sandbox: BaseSandbox, workdir: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """GNU grep's lines come with their MD5, computed in the sandbox: a
-        character of them changed in transit sends the search to the script,
+        """GNU grep's lines come twice, raw and escaped by sed in the sandbox:
+        a character of them changed in transit sends the search to the script,
         whose answer is the result (docs/protocol.md, "grep")."""
         sandbox.write(self.p(workdir, "a.txt"), "one needle\ntwo\nthree needle\n")
         expected = sandbox.grep("needle", workdir)
@@ -636,8 +636,8 @@ class SandboxConformanceTests(SandboxSuite):
 
     def test_grep_patterns_no_argument_holds(self, sandbox: BaseSandbox, workdir: str) -> None:
         """A pattern with a NUL, or over Linux's 128 KiB for one argument, is
-        searched for itself (by the script, in Python), in a file large
-        enough for the script's own GNU grep (over 128 KiB); where the
+        searched for itself (by the script, in Python), in a file over
+        128 KiB (where the script once ran its own GNU grep); where the
         command cannot carry the pattern (base64), that is a typed error."""
         long = "z" * 200_000
         text = f"first line\nfirst\0line\n{long}\n".encode()

@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("deepagents")
 
 from deepagents.backends.sandbox import MAX_OUTPUT_BYTES, TRUNCATION_MSG
+from deepagents.backends.sandbox import BaseSandbox as ReferenceSandbox
 
 from sandbox_sdk.integrations.deepagents import PROTOCOL_0_7, DeepAgentsBackend
 from sandbox_sdk.providers.local import LocalSandbox
@@ -235,3 +236,23 @@ def test_read_pages_through_a_small_output_limit(root: str) -> None:
             seen += page.file_data["content"].removesuffix(TRUNCATION_MSG).split("\n")
             (offset,) = fields(page, "next_offset")
         assert seen == lines
+
+
+async def test_grep_skips_git_directories_as_deepagents_does(backend: DeepAgentsBackend, root: str) -> None:
+    """``.git`` directories at any depth are skipped, not a file named
+    ``.git`` nor a search rooted at one; ``grep_exclude_dirs`` changes the
+    names (deepagents 0.7's own ``BaseSandbox`` attribute, where it has it)."""
+    for name in (".git/config", "a/.git/HEAD", "a/b.txt", "c/.git", "node_modules/m.js"):
+        assert backend.write(f"{root}/{name}", "hit\n").error is None
+
+    async def found(path: str = root) -> list[str]:
+        sync, unsync = backend.grep("hit", path=path), await backend.agrep("hit", path=path)
+        assert sync.error is None and sync.matches is not None and unsync.matches == sync.matches
+        return sorted(match["path"].removeprefix(f"{root}/") for match in sync.matches)
+
+    assert await found() == ["a/b.txt", "c/.git", "node_modules/m.js"]
+    assert await found(f"{root}/a/.git") == ["a/.git/HEAD"]
+    reference = getattr(ReferenceSandbox, "grep_exclude_dirs", None)
+    assert reference in (None, DeepAgentsBackend.grep_exclude_dirs)
+    backend.grep_exclude_dirs = ("node_modules",)
+    assert await found() == [".git/config", "a/.git/HEAD", "a/b.txt", "c/.git"]
