@@ -142,9 +142,9 @@ def validated(path: bytes) -> FileInfo:
 
 
 def test_a_listing_decodes_to_entries_that_behave_as_validated_ones(tmp_path: Path) -> None:
-    """Entries are built without pydantic's validation: every behaviour of
-    the model (equality, hash, repr, dump, fields set, copy, pickle) is that
-    of a validated one."""
+    """Entries decoded from a listing: every behaviour of the model
+    (equality, hash, repr, dump, fields set, copy, pickle) is that of one
+    made from the same values."""
     root = bytes(tmp_path)
     paths = [os.path.join(root, name) for name in (b"f.txt", b"bad-\xff", b"dir", b"link", b"fifo")]
     Path(os.fsdecode(paths[0])).write_bytes(b"12345")
@@ -270,9 +270,9 @@ def shell_grep(root: bytes, max_matches: int = 1000, budget: int = 10**6) -> She
 
 @pytest.mark.parametrize("cap", [1000, 2])
 def test_a_result_from_grep_records_behaves_as_a_validated_one(cap: int) -> None:
-    """GNU grep's records become a result without pydantic's validation,
-    cut at the cap or not: in walk order, names joined as the script joins
-    them, and every behaviour of a validated result."""
+    """GNU grep's records become a result, cut at the cap or not: in walk
+    order, names joined as the script joins them, and every behaviour of a
+    result made from the same values."""
     records = b"d/b\x001:n one\nd/b\x003:n \xff\nd/a/x\x002:an\nd/c\x007:n\n"  # grep cuts "d//" to "d/"
     result = shell_grep(b"d//", max_matches=cap)._search(records)
     assert result is not None

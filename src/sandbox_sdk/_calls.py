@@ -29,13 +29,11 @@ import shlex
 import sys
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, cast
-
-from pydantic import BaseModel
 
 from sandbox_sdk import errors, protocol
 from sandbox_sdk.models import ExecuteResponse, FileInfo, FileType, GlobResult, GrepMatch, GrepResult
@@ -493,10 +491,8 @@ class ShellGrepCall(Call["GrepResult | None"]):
                  "line_truncated": cut}
                 for path, number, line, cut in search.matches
             ]  # fmt: skip
-        # Of the fields' types by construction.
-        matches = constructed(GrepMatch, GREP_MATCH_FIELDS, rows)
-        result = {"matches": matches, "truncated": truncated, "unreadable": [], "skipped_binary": 0}
-        return constructed(GrepResult, GREP_RESULT_FIELDS, [result])[0]
+        matches = [GrepMatch.model_validate(row) for row in rows]
+        return GrepResult(matches=matches, truncated=truncated, unreadable=[], skipped_binary=0)
 
 
 def walk_keys(rels: list[bytes]) -> list[bytes]:
@@ -578,36 +574,6 @@ TYPE_BITS = 0o170000
 NANOSECONDS = 1_000_000_000
 #: How ``os.fsdecode`` decodes a path.
 FS_ENCODING, FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
-#: The fields set of every listed entry (all of them): one set for all,
-#: as each set is an object the garbage collector tracks, and no pydantic
-#: path changes it on a frozen model (``model_copy`` copies it first).
-FILE_INFO_FIELDS = set(FileInfo.model_fields)
-#: The fields set of every match GNU grep's output gives (all of them).
-GREP_MATCH_FIELDS = set(GrepMatch.model_fields)
-#: The fields set of a grep's result built from GNU grep's output (all of them).
-GREP_RESULT_FIELDS = set(GrepResult.model_fields)
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def constructed(model: type[M], fields: set[str], rows: Iterable[dict[str, Any]]) -> list[M]:
-    """What ``[model.model_construct(**values) for values in rows]`` builds
-    from values of the fields' own types (every field in each row; ``fields``
-    is their names' shared set), at a fifth of its cost and of validation's:
-    for models with no aliases, extras, private attributes or post-init hook
-    for ``model_construct`` to handle, every field given (``FileInfo``,
-    ``GrepMatch``, ``GrepResult``). The one place that writes pydantic's
-    per-instance attributes; a test compares its models with validated ones."""
-    new, put = object.__new__, object.__setattr__
-    instances = []
-    for values in rows:
-        instance = new(model)
-        put(instance, "__dict__", values)
-        put(instance, "__pydantic_fields_set__", fields)
-        put(instance, "__pydantic_extra__", None)
-        put(instance, "__pydantic_private__", None)
-        instances.append(instance)
-    return instances
 
 
 def _name(path: str) -> str:
@@ -639,9 +605,7 @@ def listing(packed: Blob) -> list[FileInfo]:
     NULs, decoded at once as ``os.fsdecode`` decodes each (a NUL is one byte
     in every encoding it may use). ``mtime`` is ``st_mtime`` as CPython
     computes it from the seconds and nanoseconds (``sec + nsec * 1e-9``).
-    Every column is checked to be of its field's type, so the entries are
-    built without pydantic's validation: that took longer than the walk
-    that found them.
+    Each entry is validated as pydantic validates any model.
 
     The garbage collector is paused while they are built, as CPython's own
     ``subprocess`` paused it around a fork: each entry is an object it
@@ -663,17 +627,17 @@ def listing(packed: Blob) -> list[FileInfo]:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        entries = constructed(FileInfo, FILE_INFO_FIELDS, (
-            {
+        entries = [
+            FileInfo.model_validate({
                 "path": path,
                 "name": path.rpartition("/")[2] or _name(path),
                 "type": FILE_TYPES.get(mode & TYPE_BITS, "other"),
                 "size": size,
                 "mtime": ns // NANOSECONDS + ns % NANOSECONDS * 1e-9,
                 "mode": mode & 0o7777,
-            }
+            })
             for path, size, ns, mode in zip(paths, sizes, mtimes, modes, strict=True)
-        ))  # fmt: skip
+        ]  # fmt: skip
     finally:
         if collecting:
             gc.enable()
