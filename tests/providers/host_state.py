@@ -213,6 +213,18 @@ class HostStateLifecycleTests:
         assert [info.id for info in provider.iter_sandboxes()] == [keeper.id]
         assert provider.get_or_create(labels={"kind": "short"}).id != short.id
 
+    @pytest.mark.asyncio
+    async def test_areap_reaps_as_reap_does(self, provider: HostStateProvider[Any]) -> None:
+        """``areap``, the async twin of ``reap``: the expired sandbox goes, the others stay."""
+        short = await provider.acreate(labels={"kind": "short"}, ttl=0.2)
+        keeper = await provider.acreate(labels={"kind": "keeper"})
+        deadline = time.monotonic() + 30
+        while provider.list(labels={"kind": "short"}).items[0].status != "expired":
+            assert time.monotonic() < deadline, "the sandbox never expired"
+            await anyio.sleep(0.05)
+        assert await provider.areap() == [short.id]
+        assert [info.id for info in provider.iter_sandboxes()] == [keeper.id]
+
     def test_a_handle_to_a_deleted_sandbox_raises_not_found(self, provider: HostStateProvider[Any]) -> None:
         sandbox = provider.create()
         sandbox.write("kept.txt", "x")
