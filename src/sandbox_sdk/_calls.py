@@ -35,6 +35,8 @@ from functools import partial
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, cast
 
+from pydantic import TypeAdapter
+
 from sandbox_sdk import errors, protocol
 from sandbox_sdk.models import ExecuteResponse, FileInfo, FileType, GlobResult, GrepMatch, GrepResult
 from sandbox_sdk.protocol import Blob, LazyBlob
@@ -491,8 +493,9 @@ class ShellGrepCall(Call["GrepResult | None"]):
                  "line_truncated": cut}
                 for path, number, line, cut in search.matches
             ]  # fmt: skip
-        matches = [GrepMatch.model_validate(row) for row in rows]
-        return GrepResult(matches=matches, truncated=truncated, unreadable=[], skipped_binary=0)
+        return GrepResult.model_validate(
+            {"matches": rows, "truncated": truncated, "unreadable": [], "skipped_binary": 0}
+        )
 
 
 def walk_keys(rels: list[bytes]) -> list[bytes]:
@@ -576,6 +579,10 @@ NANOSECONDS = 1_000_000_000
 FS_ENCODING, FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
+#: A listing's entries, validated in one call (pydantic-core walks the list).
+FILE_INFOS = TypeAdapter(list[FileInfo])
+
+
 def _name(path: str) -> str:
     return posixpath.basename(path.rstrip("/")) or path
 
@@ -627,17 +634,17 @@ def listing(packed: Blob) -> list[FileInfo]:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        entries = [
-            FileInfo.model_validate({
+        entries = FILE_INFOS.validate_python([
+            {
                 "path": path,
                 "name": path.rpartition("/")[2] or _name(path),
                 "type": FILE_TYPES.get(mode & TYPE_BITS, "other"),
                 "size": size,
                 "mtime": ns // NANOSECONDS + ns % NANOSECONDS * 1e-9,
                 "mode": mode & 0o7777,
-            })
+            }
             for path, size, ns, mode in zip(paths, sizes, mtimes, modes, strict=True)
-        ]  # fmt: skip
+        ])  # fmt: skip
     finally:
         if collecting:
             gc.enable()
