@@ -44,7 +44,7 @@ PRIVATE_UNIT_TESTS = {
     ),
     "tests/test_pipeline.py": ("sandbox_sdk._core", "sandbox_sdk._calls", "sandbox_sdk._session"),
     "tests/test_operation_server.py": ("sandbox_sdk._session",),  # when a client stops launching
-    "tests/test_grep_paths.py": ("sandbox_sdk.remote._runtime",),  # grep records built as the script does
+    "tests/test_grep_paths.py": ("sandbox_sdk._calls",),  # the shell grep's escaped copy read back
     # records planted as a supervisor writes them
     "tests/providers/local/test_process_records.py": ("sandbox_sdk.remote._runtime",),
     "tests/test_async_native.py": ("sandbox_sdk._core", "sandbox_sdk._calls"),  # where replies are decoded
