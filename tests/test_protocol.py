@@ -238,7 +238,7 @@ def test_a_round_trip_imports_neither_json_nor_re_nor_os(tmp_path: Path) -> None
 
 
 def test_a_grep_regardless_of_case_imports_no_re_for_ascii_text(tmp_path: Path) -> None:
-    """``ignore_case`` for an ASCII word in ASCII lines: no ``re``, whose import costs more than the search."""
+    """``ignore_case`` for an ASCII word in ASCII lines: no ``re`` (its import costs more than the search)."""
     (tmp_path / "tree").mkdir()
     (tmp_path / "tree" / "a.txt").write_text("One NEEDLE\nnone\nneedle two\n")
     args = {
