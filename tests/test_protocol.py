@@ -241,7 +241,7 @@ def test_a_grep_regardless_of_case_imports_no_re_for_ascii_text(tmp_path: Path) 
     """``ignore_case`` for an ASCII word in ASCII lines: no ``re`` (its import costs more than the search)."""
     (tmp_path / "tree").mkdir()
     (tmp_path / "tree" / "a.txt").write_text("One NEEDLE\nnone\nneedle two\n")
-    args = {
+    args: dict[str, Any] = {
         "op": "grep",
         "pattern": protocol.encode_path("Needle"),
         "path": protocol.encode_path("tree"),
