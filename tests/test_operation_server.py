@@ -534,21 +534,29 @@ def test_a_killed_server_takes_its_spare_workers(scratch: Path, served: Recorder
     assert served.unserved() == ["none", ""]
 
 
+@contextlib.contextmanager
+def listener_nobody_asks() -> Iterator[int]:
+    """A loopback listener, its port for a port file a test plants: no
+    command may connect to it (checked when the block ends)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        yield listener.getsockname()[1]
+        listener.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            listener.accept()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a file of another user needs root")
 def test_a_port_file_of_another_user_is_not_read(tmp_path: Path, scratch: Path) -> None:
     """Another user of a shared ``/tmp`` may make a scripts directory in our
     name, but not a file of ours in it: bash reads no port file it does not own."""
     sandbox = sandbox_in(tmp_path / "root", scratch)
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
+    with listener_nobody_asks() as port:
         scripts_dir(scratch).mkdir(mode=0o700)
-        port_file(scratch).write_text(f"{listener.getsockname()[1]} token 1 proof\n")
+        port_file(scratch).write_text(f"{port} token 1 proof\n")
         os.chown(port_file(scratch), 65534, 65534)
-        listener.settimeout(0.5)
         sandbox.write("a.txt", "a\n")
-        with pytest.raises(TimeoutError):
-            listener.accept()  # nobody asked
     assert sandbox.unserved() == ["none"] and sandbox.read("a.txt").content == "a\n"
 
 
@@ -558,19 +566,14 @@ def test_a_scripts_directory_another_user_made_is_not_used(tmp_path: Path, scrat
     name, with a port file and a module planted in it: nothing there is
     read, imported or run, and every operation runs from its command."""
     sandbox = sandbox_in(tmp_path / "root", scratch)
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
+    with listener_nobody_asks() as port:
         scripts_dir(scratch).mkdir(mode=0o755)
-        port_file(scratch).write_text(f"{listener.getsockname()[1]} token 1 proof\n")
+        port_file(scratch).write_text(f"{port} token 1 proof\n")
         (scripts_dir(scratch) / "_json.py").write_text("raise SystemExit('planted')\n")
         for path in (scripts_dir(scratch), port_file(scratch), scripts_dir(scratch) / "_json.py"):
             os.chown(path, 65534, 65534)
-        listener.settimeout(0.5)
         for number in range(3):
             sandbox.write(f"{number}.txt", f"{number}\n")
-        with pytest.raises(TimeoutError):
-            listener.accept()  # nobody asked
     assert sorted(os.listdir(scripts_dir(scratch))) == ["_json.py", port_file(scratch).name]
     assert sandbox.read("2.txt").content == "2\n"
 
