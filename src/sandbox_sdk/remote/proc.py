@@ -484,7 +484,11 @@ def state_of(path: bytes, meta: Any) -> Tuple[Any, bool]:
     (see ``vouched`` and ``ended``)."""
     status, gone = status_of(path)
     if status is None and not gone and not vouched(path, meta):
-        status = ended(path, meta)
+        # A supervisor killed since it was seen holding the lock has freed
+        # it before its child was handed to another parent: lost, then.
+        status, gone = status_of(path)
+        if status is None and not gone:
+            status = ended(path, meta)
     return status, gone
 
 
@@ -613,7 +617,10 @@ def deliver(path: bytes, meta: Any, number: int) -> Any:
     if vouched(path, meta):
         kill_group(int(meta["pid"]), number)
         return None
-    return ended(path, meta)
+    status, gone = status_of(path)  # its supervisor may have been killed since (see state_of)
+    if gone:
+        raise lost(int(meta["pid"]))
+    return status if status is not None else ended(path, meta)
 
 
 def send_signal(args: Args, blobs: Blobs) -> Tuple[SignalReply, Blobs]:
