@@ -191,16 +191,8 @@ def read_json(path: bytes, name: bytes) -> Any:
         fd = open_in(path, name)
     except FileNotFoundError:
         return None
-    try:
-        chunks = []
-        while True:
-            data = os.read(fd, 65536)
-            if not data:
-                break
-            chunks.append(data)
-    finally:
-        os.close(fd)
-    return json_loads(b"".join(chunks))
+    with open(fd, "rb") as f:
+        return json_loads(f.read())
 
 
 def meta_of(path: bytes, pid: int) -> Any:
@@ -484,11 +476,19 @@ def state_of(path: bytes, meta: Any) -> Tuple[Any, bool]:
     (see ``vouched`` and ``ended``)."""
     status, gone = status_of(path)
     if status is None and not gone and not vouched(path, meta):
-        # A supervisor killed since it was seen holding the lock has freed
-        # it before its child was handed to another parent: lost, then.
-        status, gone = status_of(path)
-        if status is None and not gone:
-            status = ended(path, meta)
+        return unvouched(path, meta)
+    return status, gone
+
+
+def unvouched(path: bytes, meta: Any) -> Tuple[Any, bool]:
+    """``status_of`` for a supervised record that has just stopped vouching
+    for its process, looked at again: a supervisor killed since it was seen
+    holding the lock frees it before its child gets another parent (lost,
+    then); else the process has just ended, or is not the record's (see
+    ``ended``)."""
+    status, gone = status_of(path)
+    if status is None and not gone:
+        status = ended(path, meta)
     return status, gone
 
 
@@ -613,14 +613,14 @@ def wait_for(path: bytes, seconds: float) -> Any:
 
 def deliver(path: bytes, meta: Any, number: int) -> Any:
     """Send ``number`` to the record's group if the record vouches for its
-    process; if it has just ended instead, its exit (see ``ended``)."""
+    process; if it has just ended instead, its exit (see ``unvouched``)."""
     if vouched(path, meta):
         kill_group(int(meta["pid"]), number)
         return None
-    status, gone = status_of(path)  # its supervisor may have been killed since (see state_of)
+    status, gone = unvouched(path, meta)
     if gone:
         raise lost(int(meta["pid"]))
-    return status if status is not None else ended(path, meta)
+    return status
 
 
 def send_signal(args: Args, blobs: Blobs) -> Tuple[SignalReply, Blobs]:
