@@ -187,6 +187,18 @@ class SandboxCore(SandboxHandle):
     #: file operations cannot change what a later one reports
     #: (docs/security.md; its cost: docs/benchmarks.md).
     reuse_sandbox_state: bool = True
+    #: A directory in the sandbox where the provider itself installed the
+    #: scripts (``protocol.shipped``'s names, each beside its ``.py``),
+    #: read-only to every command: then no command of the sandbox can
+    #: change the scripts its file operations run (docs/security.md). bwrap
+    #: has one; ``None``: the SDK installs them in ``scratch_dir``.
+    installed_scripts: str | None = None
+    #: Whether the provider runs the sandbox's operation server itself and
+    #: gives a command whose first line is ``protocol.CHANNEL_REQUEST`` a
+    #: connection to it on descriptor ``protocol.CHANNEL_FD``: a channel no
+    #: command can redirect, so no command ever starts a server (bwrap's
+    #: jail does; docs/security.md).
+    operation_channel: bool = False
     #: Round trips a chunked transfer keeps in flight at once (sync and async).
     #: Eight hide a cloud round trip behind the next seven (the throughput
     #: under a small command cap: docs/benchmarks.md); bounded in bytes by

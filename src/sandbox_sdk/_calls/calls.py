@@ -167,9 +167,10 @@ class _ScriptedCall(Call[R]):
             module,
             self.payload,
             self.blobs,
-            scratch_dir=plan.scratch_dir,
+            scripts_dir=plan.scripts_dir,
             omit_script=plan.omit_script,
             served=plan.served,
+            channel=plan.channel,
             installed=plan.installed,
         )
         command, nonce = build(launch=plan.launch)

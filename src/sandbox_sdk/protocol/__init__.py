@@ -26,6 +26,8 @@ the operation server's request). Every public name is here too.
 from __future__ import annotations
 
 from sandbox_sdk.protocol.command import (
+    CHANNEL_FD,
+    CHANNEL_REQUEST,
     DECLINED,
     NO_SERVER,
     PYTHON,
@@ -65,12 +67,15 @@ from sandbox_sdk.protocol.shipping import (
     Shipped,
     module_of,
     modules_by_op,
+    scripts_dir_in,
     shipped,
     shipped_source,
 )
 
 __all__ = [
     "BOOTSTRAP",
+    "CHANNEL_FD",
+    "CHANNEL_REQUEST",
     "DECLINED",
     "DECODE_PIECE_CHARS",
     "ERROR_TYPES",
@@ -103,6 +108,7 @@ __all__ = [
     "module_of",
     "modules_by_op",
     "parse_result",
+    "scripts_dir_in",
     "server_request",
     "shipped",
     "shipped_source",
