@@ -331,8 +331,9 @@ def run_served_command(
     started by ``bash`` in ``cwd``."""
     shipped = install_probe(scratch, script)
     nonce = os.urandom(16).hex()
+    request = protocol.server_request(protocol.scripts_dir_in(str(scratch)), shipped, nonce)
     command = (
-        f"{command_prefix}{{ {protocol.server_request(protocol.scripts_dir_in(str(scratch)), shipped, nonce)}\n"
+        f"{command_prefix}{{ {request}\n"
         f"echo NOT-SERVED; exit 3; }} <<'SBX_{nonce}'\npayload line\nSBX_{nonce}\n"
     )
     return subprocess.Popen(
