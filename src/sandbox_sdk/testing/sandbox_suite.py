@@ -704,6 +704,8 @@ class SandboxConformanceTests(SandboxSuite):
         """The first command of a script installs it in ``scratch_dir``
         (docs/protocol.md); later ones import it, its bytecode cached, and a
         damaged or deleted copy is replaced, never run."""
+        if sandbox.installed_scripts is not None:
+            pytest.skip(f"{type(sandbox).__name__} installs the scripts itself (the test below)")
         home = sandbox.execute(f"cd {shlex.quote(workdir)} && pwd").output.splitlines()[-1]
         uid = int(sandbox.execute("id -u").output.split()[-1])
         scripts = posixpath.join(home, "scratch", protocol.SCRIPTS_DIR % uid)
@@ -726,6 +728,31 @@ class SandboxConformanceTests(SandboxSuite):
                 assert sandbox.read(installed).content == protocol.shipped_source("ls")
         finally:
             sandbox.scratch_dir = saved
+
+    def test_a_providers_own_scripts_are_out_of_its_commands_reach(
+        self, sandbox: BaseSandbox, workdir: str
+    ) -> None:
+        """A provider that installs the scripts itself (``installed_scripts``)
+        has them read-only to every command (docs/security.md): no command
+        can change, remove or add to what file operations run."""
+        if sandbox.installed_scripts is None:
+            pytest.skip(f"the SDK installs {type(sandbox).__name__}'s scripts (the test above)")
+        name = protocol.shipped("ls").name
+        installed = posixpath.join(sandbox.installed_scripts, f"{name}.py")
+        assert sandbox.read(installed).content == protocol.shipped_source("ls")
+        file, folder = shlex.quote(installed), shlex.quote(sandbox.installed_scripts)
+        for damage in [
+            f"echo junk >> {file}",
+            f": > {file}",
+            f"rm -rf {folder}",
+            f"echo 'raise SystemExit(3)' > {folder}/_json.py",
+            f"mv {folder} {folder}.old",
+            f"chmod 777 {folder}",
+        ]:
+            assert sandbox.execute(damage).exit_code != 0, damage
+        assert sandbox.read(installed).content == protocol.shipped_source("ls")
+        assert [entry.path for entry in sandbox.ls(sandbox.installed_scripts) if "_json" in entry.path] == []
+        assert sandbox.stat(workdir).type == "dir"
 
     def test_the_operation_server_serves_file_operations(
         self, sandbox: BaseSandbox, workdir: str, monkeypatch: pytest.MonkeyPatch
