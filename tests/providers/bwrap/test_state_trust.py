@@ -94,7 +94,7 @@ def test_a_planted_port_file_and_listener_are_never_asked(sandbox: BwrapSandbox)
     port_file = f"/tmp/.sbx-scripts-$(id -u)/{protocol.shipped('server').name}.port"
     shell(sandbox, f"setsid python3 -c {shlex.quote(listener)} > /tmp/port 2>/dev/null &")
     shell(sandbox, "while [ ! -s /tmp/port ]; do sleep 0.05; done")
-    plant = f'mkdir -p -m 700 "$(dirname {port_file})" && echo "$(cat /tmp/port) token 1 proof x" > {port_file}'
+    plant = f'mkdir -p -m 700 "$(dirname {port_file})" && echo "$(cat /tmp/port) token 1 proof" > {port_file}'
     shell(sandbox, plant)
     for _ in range(3):
         assert sandbox.read("victim.txt").content == "the real content\n"
