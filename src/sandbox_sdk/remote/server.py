@@ -233,7 +233,10 @@ class Server:
                     gc.freeze()
                     held = False
                 while len(self.spares) < SPARES:
-                    self.spares.add(self.fork_spare(taken, told))
+                    try:
+                        self.spares.add(self.fork_spare(taken, told))
+                    except OSError:  # no process to be had (the sandbox's limit): the next tick tries again
+                        break
                 if self.took(taken, TICK_SECONDS):
                     last = time.monotonic()
                 elif time.monotonic() - last > self.idle or not self.named():
