@@ -75,7 +75,7 @@ class Limits:
     def __post_init__(self) -> None:
         for field in fields(self):
             value = getattr(self, field.name)
-            if field.type == "int":
+            if type(field.default) is int:
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                     raise errors.InvalidArgumentError(f"{field.name} must be an int >= 1, not {value!r}")
             elif isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
