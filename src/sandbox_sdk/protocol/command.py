@@ -193,8 +193,3 @@ def command_overhead(op: str, args: Mapping[str, Any], scratch_dir: str) -> int:
     """Bytes a command for operation ``op`` with ``args`` costs before any blob is added."""
     command, _ = build_command(module_of(op), {**args, "op": op}, scripts_dir=scripts_dir_in(scratch_dir))
     return len(command.encode("utf-8")) + 2  # the newline that each blob adds, and slack
-
-
-def blob_capacity(budget: int) -> int:
-    """The largest raw blob whose base64 form fits in ``budget`` bytes."""
-    return max(0, budget // 4 * 3)

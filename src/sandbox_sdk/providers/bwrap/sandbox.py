@@ -12,6 +12,7 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
@@ -21,13 +22,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox_sdk import errors, protocol
 from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script
 from sandbox_sdk.provider_kit.host_state import mark_used
 from sandbox_sdk.providers.bwrap import _keyring, _scripts, _seccomp
 from sandbox_sdk.providers.bwrap._jail import (
     CANCEL_POLL_SECONDS,
-    IDLE_EXIT_SECONDS,
     KILL_SECONDS,
     Expiry,
     JailClient,
@@ -421,14 +422,11 @@ class BwrapSandbox(BaseSandbox):
     Commands longer than one argument reach the jail's bash through an
     in-memory file it inherits, so a round trip carries up to 4 MiB."""
 
-    max_command_bytes = LARGE_COMMAND_BYTES
+    limits = Limits(max_command_bytes=LARGE_COMMAND_BYTES)
     #: The scripts and the operation server are the jail's own, out of its
     #: commands' reach (``_scripts``, ``_jail_server``; docs/security.md).
     installed_scripts = _scripts.JAIL_PATH
     operation_channel = True
-    #: The operation server, a process in the jail, would keep an idle jail
-    #: alive: it leaves when the jail would (docs/bwrap.md).
-    operation_server_idle = IDLE_EXIT_SECONDS
 
     def __init__(
         self,
@@ -453,17 +451,18 @@ class BwrapSandbox(BaseSandbox):
                 raise NotADirectoryError(f"not a directory: {directory}")
         jail = checked_jail(bwrap, tuple(root_sandbox_user), tuple(extra_ro_binds))
         self._id = sandbox_id or f"bwrap-{self.workspace.name}"
-        self.limits = limits or ResourceLimits()
+        #: The jail's resource limits (``limits`` above; the round-trip limits are ``self.limits``).
+        self.resources = limits or ResourceLimits()
         self.network = network
         self.env = {**BASE_ENV, **(env or {})}
-        self.max_output_bytes = max_output_bytes
+        self.limits = replace(self.limits, max_output_bytes=max_output_bytes)
         self.state_dir = state_dir
         if state_dir is None:
             jail_dir = Path(tempfile.mkdtemp(prefix="sandbox-sdk-bwrap-jail-"))
             weakref.finalize(self, _discard_jail, jail_dir)
         else:
             jail_dir = state_dir / JAIL_DIR
-        settings = JailSettings(self.workspace, self.tmp_dir, self.limits, self.network)
+        settings = JailSettings(self.workspace, self.tmp_dir, self.resources, self.network)
         self.jail = JailClient(jail, settings, jail_dir, expiry or Expiry())
 
     @property
@@ -506,8 +505,8 @@ class BwrapSandbox(BaseSandbox):
                 script_fds,
                 channel=command.startswith(protocol.CHANNEL_REQUEST),
                 env=self.env,
-                timeout=self.limits.timeout if timeout is None else timeout,
-                max_output_bytes=self.max_output_bytes,
+                timeout=self.resources.timeout if timeout is None else timeout,
+                max_output_bytes=self.limits.max_output_bytes,
                 cancelled=cancelled,
             )
 
