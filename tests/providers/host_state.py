@@ -71,6 +71,10 @@ def run_python(code: str) -> subprocess.Popen[str]:
     )
 
 
+#: A lifetime that ends within a test, yet outlasts ``create``'s health
+#: check (a bwrap jail's first command) on a loaded machine.
+SHORT_TTL = 3.0
+
 class HostStateLifecycleTests:
     """The lifecycle of the ``provider_class`` fixture's provider, on real directories and processes."""
 
@@ -216,7 +220,7 @@ class HostStateLifecycleTests:
     @pytest.mark.asyncio
     async def test_areap_reaps_as_reap_does(self, provider: HostStateProvider[Any]) -> None:
         """``areap``, the async twin of ``reap``: the expired sandbox goes, the others stay."""
-        short = await provider.acreate(labels={"kind": "short"}, ttl=0.2)
+        short = await provider.acreate(labels={"kind": "short"}, ttl=SHORT_TTL)
         keeper = await provider.acreate(labels={"kind": "keeper"})
         deadline = time.monotonic() + 30
         while provider.list(labels={"kind": "short"}).items[0].status != "expired":
