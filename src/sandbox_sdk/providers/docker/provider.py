@@ -53,6 +53,9 @@ MANAGED_LABEL = "sandbox-sdk.provider"
 LABEL_PREFIX = "sandbox-sdk.label."
 #: The epoch second after which a sandbox with a ``ttl`` is expired.
 EXPIRES_LABEL = "sandbox-sdk.expires-at"
+#: The user a sandbox's commands run as (the image's own user unless the provider names one);
+#: the container's init runs as root, so that :meth:`DockerProvider._set_up` may chown.
+USER_LABEL = "sandbox-sdk.user"
 #: A sandbox's ``idle_timeout`` in seconds.
 IDLE_LABEL = "sandbox-sdk.idle-timeout"
 #: Default memory limit of a container (its tmpfs ``/tmp`` counts against it too).
@@ -174,10 +177,11 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
         self.command_timeout = command_timeout
         self.max_output_bytes = max_output_bytes
 
-    def _wrap(self, container_id: str) -> DockerSandbox:
+    def _wrap(self, container_id: str, user: str) -> DockerSandbox:
         return DockerSandbox(
             self.client,
             container_id,
+            user=user,
             workdir=WORKSPACE,
             timeout=self.command_timeout,
             max_output_bytes=self.max_output_bytes,
@@ -194,6 +198,10 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
                 f"{', '.join(sorted(SANDBOX_OPTIONS))}"
             )
         container_labels = {MANAGED_LABEL: "docker"}
+        image = options.get("image", self.image)
+        with translate_errors(f"inspect image {image!r}"):
+            user = self.user if self.user is not None else self.client.inspect_image(image)["Config"]["User"]
+        container_labels[USER_LABEL] = user or "0"
         for key, value in labels.items():
             if not isinstance(key, str) or not isinstance(value, str) or not key:
                 raise errors.InvalidArgumentError(f"invalid label {key!r}={value!r}")
@@ -202,16 +210,14 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
             container_labels[EXPIRES_LABEL] = repr(time.time() + lifetime.ttl)
         if lifetime.idle_timeout is not None:
             container_labels[IDLE_LABEL] = repr(lifetime.idle_timeout)
-        image = options.get("image", self.image)
         with translate_errors(f"create a container of image {image!r}"):
-            user = self.user if self.user is not None else self.client.inspect_image(image)["Config"]["User"]
             host_config = self.client.create_host_config(**self._host_options(options))
             env = {"HOME": WORKSPACE, **_strings("env", options.get("env") or {})}
             container_id = self.client.create_container(
                 image,
                 entrypoint=["sleep"],
                 command=["infinity"],
-                user=user or "",
+                user="0",  # the init and its sleep; commands run as ``user`` (see _set_up)
                 working_dir=WORKSPACE,
                 environment=env,
                 labels=container_labels,
@@ -226,7 +232,7 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
             with contextlib.suppress(Exception):
                 self._remove(container_id)
             raise
-        return self._wrap(container_id)
+        return self._wrap(container_id, user or "0")
 
     def _host_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """The safe defaults (docs/docker.md), with the caller's limits."""
@@ -261,15 +267,13 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
     def _set_up(self, container_id: str, image: str, user: str) -> None:
         """Check the image has what the SDK needs and give the workspace to ``user``.
 
-        The engine gives an exec as root in a container of a non-root user no capabilities,
-        so where the image has no ``/workspace`` of that user (the volume copies the image's
-        directory, owner included), one privileged exec of a fixed ``chown`` gives it, before
-        any command of the sandbox's runs."""
+        Where the image has no ``/workspace`` of that user (the volume copies the image's
+        directory, owner included), a ``chown`` as root gives it, before any command of the
+        sandbox's runs (an exec as root has the container's capabilities only because the
+        container's own user is root: its init)."""
         code, output = self._run_fixed(container_id, image, ["sh", "-c", SETUP_SCRIPT, "setup", user])
         if code == NOT_OWNED:
-            code, output = self._run_fixed(
-                container_id, image, ["chown", "--", user, WORKSPACE], privileged=True
-            )
+            code, output = self._run_fixed(container_id, image, ["chown", "--", user, WORKSPACE])
         if code == 3:
             missing = output.partition("missing:")[2].split()
             raise errors.InvalidArgumentError(
@@ -281,13 +285,11 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
                 f"setting up container {container_id[:12]} failed (exit {code}): {output.strip()}"
             )
 
-    def _run_fixed(
-        self, container_id: str, image: str, argv: builtins.list[str], *, privileged: bool = False
-    ) -> tuple[int, str]:
+    def _run_fixed(self, container_id: str, image: str, argv: builtins.list[str]) -> tuple[int, str]:
         """Run one of our own commands as root; its exit status and output."""
         with translate_errors(f"set up container {container_id[:12]}"):
             try:
-                exec_id = self.client.exec_create(container_id, argv, user="0", privileged=privileged)["Id"]
+                exec_id = self.client.exec_create(container_id, argv, user="0")["Id"]
                 output = self.client.exec_start(exec_id).decode("utf-8", "replace")
             except docker.errors.APIError as exc:
                 if "executable file not found" in str(exc) or "no such file" in str(exc).lower():
@@ -320,7 +322,7 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
             raise errors.SandboxNotFoundError(
                 f"sandbox {sandbox_id} is not running ({attrs['State']['Status']})"
             )
-        return self._wrap(sandbox_id)
+        return self._wrap(sandbox_id, attrs["Config"]["Labels"].get(USER_LABEL) or "0")
 
     def _containers(self) -> builtins.list[dict[str, Any]]:
         """Every container this provider made, oldest first (ties by id)."""
@@ -395,7 +397,7 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
         """Seconds since the container's last command started (since its creation if none did)."""
         probe = f"date +%s; stat -c %Y {USED_MARKER} 2>/dev/null || echo {created}"
         with translate_errors(f"check idle time of {container_id[:12]}"):
-            exec_id = self.client.exec_create(container_id, ["sh", "-c", probe])["Id"]
+            exec_id = self.client.exec_create(container_id, ["sh", "-c", probe], user="0")["Id"]
             now, used = self.client.exec_start(exec_id).split()[:2]
         return float(now) - float(used)
 
@@ -414,17 +416,23 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
         try:
             return (yield from super()._reuse_or_create(labels, {**options, "name": name}))
         except NameTakenError:
-            winner = yield from self._named_live(name)
+            winner = yield from self._named_live(name, appearing=True)
             if winner is None:
                 raise
             return winner
 
-    def _named_live(self, name: str) -> Generator[Any, Any, DockerSandbox | None]:
+    def _named_live(self, name: str, *, appearing: bool = False) -> Generator[Any, Any, DockerSandbox | None]:
         """The container called ``name`` once it runs, if it answers; one that stopped or
-        expired is removed (so the name is free), one still starting is waited for."""
+        expired is removed (so the name is free), one still starting is waited for. The
+        engine reserves a name before the container it names can be looked up: with
+        ``appearing`` (the name was just refused), a missing container is waited for too."""
         waited = 0.0
         while True:
             attrs = yield FindNamed(name)
+            if attrs is None and appearing and waited < START_WAIT_SECONDS:
+                yield Pause(START_POLL_SECONDS)
+                waited += START_POLL_SECONDS
+                continue
             if attrs is None:
                 return None
             labels = attrs["Config"]["Labels"] or {}
@@ -434,7 +442,7 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
                 waited += START_POLL_SECONDS
                 continue
             if status == "running" and not expired(labels, time.time()):
-                sandbox = self._handed_out(self._wrap(attrs["Id"]))
+                sandbox = self._handed_out(self._wrap(attrs["Id"], labels.get(USER_LABEL) or "0"))
                 if (yield from self._op_is_alive(sandbox)):
                     return sandbox
             logger.warning(

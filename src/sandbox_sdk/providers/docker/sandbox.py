@@ -60,8 +60,8 @@ RUNNER = (
 
 
 class DockerSandbox(BaseSandbox):
-    """One container; each ``execute`` is one exec (``bash -c``) as the container's user,
-    in ``workdir``. See the package docstring for what the container is allowed."""
+    """One container; each ``execute`` is one exec (``bash -c``) as ``user``, in
+    ``workdir``. See the package docstring for what the container is allowed."""
 
     #: One command is one argument of the exec (Linux caps one argument at 128 KiB).
     max_command_bytes = ARGV_COMMAND_BYTES
@@ -71,6 +71,7 @@ class DockerSandbox(BaseSandbox):
         client: docker.APIClient,
         container_id: str,
         *,
+        user: str,
         workdir: str,
         timeout: float = DEFAULT_TIMEOUT,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
@@ -78,6 +79,7 @@ class DockerSandbox(BaseSandbox):
     ) -> None:
         self.client = client
         self._id = container_id
+        self.user = user
         self.workdir = workdir
         self.timeout = timeout
         self.max_output_bytes = max_output_bytes
@@ -94,6 +96,7 @@ class DockerSandbox(BaseSandbox):
             exec_id = self.client.exec_create(
                 self._id,
                 ["bash", "-c", RUNNER, "sandbox-sdk", f"{seconds:.3f}", command],
+                user=self.user,
                 workdir=self.workdir,
                 environment=self.env or None,
             )["Id"]
