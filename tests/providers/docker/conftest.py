@@ -1,11 +1,12 @@
 """The docker provider's fixtures: a real engine (``dockerd``, or podman's service) and
 the default image, both from ``scripts/services start``.
 
-The engine is the one ``DOCKER_HOST`` names (``scripts/test`` exports the line
-``scripts/services start`` prints), else the socket ``scripts/services`` keeps in its state
-directory. Where none answers, the tests are skipped, unless ``CI`` or
-``SANDBOX_SDK_REQUIRE_ENGINES`` is set (``scripts/test`` sets the latter): then every one
-of them fails, saying why, so a machine whose engine did not start cannot pass quietly.
+An engine is the one its variable names (``DOCKER_HOST`` for dockerd, ``CONTAINER_HOST``
+for podman: ``scripts/test`` exports the lines ``scripts/services start`` prints), else the
+socket ``scripts/services`` keeps in its state directory. Where none answers, the tests are
+skipped, unless ``CI`` or ``SANDBOX_SDK_REQUIRE_ENGINES`` is set (``scripts/test`` sets the
+latter): then every one of them fails, saying why, so a machine whose engine did not start
+cannot pass quietly.
 """
 
 from __future__ import annotations
@@ -26,12 +27,21 @@ ENGINES_DIR = Path(
 )
 
 
-def engine_url() -> str | None:
-    """The engine to test against: ``DOCKER_HOST``, else the one ``scripts/services`` starts."""
-    if os.environ.get("DOCKER_HOST"):
-        return os.environ["DOCKER_HOST"]
-    socket = ENGINES_DIR / "docker" / "docker.sock"
-    return f"unix://{socket}" if socket.exists() else None
+#: The engines the tests run against: the variable ``scripts/services start`` prints for
+#: each, and its socket in the services' state directory.
+ENGINES = {
+    "dockerd": ("DOCKER_HOST", "docker/docker.sock"),
+    "podman": ("CONTAINER_HOST", "podman/podman.sock"),
+}
+
+
+def engine_url(engine: str) -> str | None:
+    """Where ``engine`` answers: its variable, else the socket ``scripts/services`` starts."""
+    variable, socket = ENGINES[engine]
+    if os.environ.get(variable):
+        return os.environ[variable]
+    path = ENGINES_DIR / socket
+    return f"unix://{path}" if path.exists() else None
 
 
 def engines_required() -> bool:
@@ -47,11 +57,18 @@ def unavailable(why: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="session")
-def docker_url() -> str:
-    url = engine_url()
+@pytest.fixture(scope="module")
+def engine() -> str:
+    """The engine a module's tests run against: dockerd, unless the module says podman."""
+    return "dockerd"
+
+
+@pytest.fixture(scope="module")
+def docker_url(engine: str) -> str:
+    """The engine's address, once it answers and has the default image."""
+    url = engine_url(engine)
     if url is None:
-        unavailable("no container engine: DOCKER_HOST is unset and scripts/services started none")
+        unavailable(f"no {engine}: {ENGINES[engine][0]} is unset and scripts/services started none")
     assert url is not None
     try:
         with DockerProvider(base_url=url) as probe:

@@ -19,7 +19,8 @@ from sandbox_sdk import errors
 
 
 class NameTakenError(errors.SandboxRuntimeError):
-    """Creating a container under a name another container holds (HTTP 409 on create)."""
+    """Creating a container under a name another container holds (HTTP 409 on create;
+    podman answers 500 when the clash shows only in its storage layer)."""
 
 
 def typed_error(exc: BaseException, what: str) -> errors.SandboxError:
@@ -34,12 +35,10 @@ def typed_error(exc: BaseException, what: str) -> errors.SandboxError:
     if isinstance(exc, docker.errors.NotFound):
         return errors.SandboxNotFoundError(message)
     if isinstance(exc, docker.errors.APIError):
+        if "is already in use" in str(exc):  # 409; podman says 500 when its storage layer notices
+            return NameTakenError(message)
         if exc.status_code == 409:
-            return (
-                NameTakenError(message)
-                if "already in use" in str(exc)
-                else errors.SandboxNotFoundError(f"{what}: the container is not running: {exc}")
-            )
+            return errors.SandboxNotFoundError(f"{what}: the container is not running: {exc}")
         if exc.status_code in (401, 403):
             return errors.AuthenticationError(message)
         if exc.status_code == 400:
