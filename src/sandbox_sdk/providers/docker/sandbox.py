@@ -100,11 +100,13 @@ class DockerSandbox(BaseSandbox):
                 workdir=self.workdir,
                 environment=self.env or None,
             )["Id"]
-            stream = self.client.exec_start(exec_id, socket=True)
+            response = self._start(exec_id)
             try:
-                output, truncated, finished = self._collect(stream, started + seconds + BACKSTOP_SECONDS)
+                output, truncated, finished = self._collect(
+                    response.raw._fp.fp, started + seconds + BACKSTOP_SECONDS
+                )
             finally:
-                stream.close()
+                response.close()
             exit_code = self._exit_code(exec_id) if finished else None
         text = output.decode("utf-8", "replace")
         elapsed = time.monotonic() - started
@@ -114,11 +116,28 @@ class DockerSandbox(BaseSandbox):
             )
         return ExecuteResponse(output=text, exit_code=exit_code, truncated=truncated)
 
-    def _collect(self, stream: Any, deadline: float) -> tuple[bytes, bool, bool]:
+    def _start(self, exec_id: str) -> Any:
+        """Start the exec attached, as ``exec_start`` does; the HTTP response, whose
+        connection then carries the exec's multiplexed output.
+
+        Not ``exec_start(socket=True)``: that hands out the raw socket under the response's
+        buffered reader, which may already hold the first output (an exec that writes at
+        once, its bytes read with the headers): read from there, they would be lost."""
+        response = self.client._post_json(
+            self.client._url("/exec/{0}/start", exec_id),
+            headers={"Connection": "Upgrade", "Upgrade": "tcp"},
+            data={"Tty": False, "Detach": False},
+            stream=True,
+        )
+        self.client._raise_for_status(response)
+        return response
+
+    def _collect(self, reader: Any, deadline: float) -> tuple[bytes, bool, bool]:
         """Read the exec's multiplexed stream to its end or to ``deadline``: its output,
         cut at ``max_output_bytes`` as it arrives (the rest is read and dropped, so the
-        command never blocks on a full pipe), whether it was cut, whether the stream ended."""
-        sock: socket.socket = getattr(stream, "_sock", stream)
+        command never blocks on a full pipe), whether it was cut, whether the stream ended.
+        ``reader`` is the response's buffered reader; the deadline is its socket's timeout."""
+        sock: socket.socket = reader.raw._sock
         kept = bytearray()
         truncated = False
         pending = b""
@@ -129,7 +148,7 @@ class DockerSandbox(BaseSandbox):
                 return bytes(kept), truncated, False
             sock.settimeout(remaining)
             try:
-                data = sock.recv(1 << 20)
+                data = reader.read1(1 << 20)
             except TimeoutError:
                 return bytes(kept), truncated, False
             if not data:
