@@ -12,13 +12,14 @@ import docker
 
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse
-from sandbox_sdk.provider_kit import ARGV_COMMAND_BYTES
+from sandbox_sdk.provider_kit import ARGV_COMMAND_BYTES, LARGE_COMMAND_BYTES
 from sandbox_sdk.providers.docker._errors import translate_errors
 
 #: Default timeout of one ``execute`` in seconds.
 DEFAULT_TIMEOUT = 120.0
-#: Default output cap of one ``execute``: what one ``read`` of a large file returns.
-DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
+#: Default output cap of one ``execute``: twice a command, so whatever one command wrote,
+#: one ``read`` returns.
+DEFAULT_MAX_OUTPUT_BYTES = 2 * LARGE_COMMAND_BYTES
 #: The file each command touches, so :meth:`DockerProvider.reap` can tell how long a
 #: sandbox has been idle (Docker keeps no time of a container's last exec).
 USED_MARKER = "/tmp/.sandbox-sdk-used"
@@ -30,7 +31,7 @@ BACKSTOP_SECONDS = 15.0
 #: records the exit a moment after the stream ends).
 EXIT_RECORD_SECONDS = 5.0
 
-#: The program every ``execute`` runs as ``bash -c RUNNER sandbox-sdk SECONDS COMMAND``.
+#: The program every ``execute`` runs as ``bash -c RUNNER sandbox-sdk SECONDS HOW [COMMAND]``.
 #: The engine has no call that kills an exec, so the timeout is enforced inside the
 #: container: the command runs as a session and process group of its own (``setsid`` of a
 #: background job, which leads no group, does not fork: its pid is the group's id), and a
@@ -40,13 +41,21 @@ EXIT_RECORD_SECONDS = 5.0
 #: killed by signal N exits 128+N, as bash reports it. The command's stderr joins its
 #: stdout, so the merged output keeps its order; the runner's own (bash's job notices) is
 #: dropped. The timer's group is killed once the command ends.
+#:
+#: ``HOW`` is ``arg`` (the command is ``COMMAND``) or ``stdin``: a command too long for one
+#: argument arrives on the exec's stdin, which the command's shell sources as fd 3 (taken
+#: before the background job's stdin becomes ``/dev/null``); the client puts ``exec 3<&-``
+#: first, so nothing the command starts inherits it (as ``provider_kit.bash_script`` does
+#: with its in-memory file).
 RUNNER = (
     "{ : >|" + USED_MARKER + "; } 2>/dev/null\n"
     "exec 2>/dev/null\n"
     "timed_out=\n"
     "trap timed_out=1 USR1\n"
-    'setsid bash -c "$2" </dev/null 2>&1 &\n'
+    'if [ "$2" = stdin ]; then exec 3<&0; setsid bash -c ". /dev/fd/3" </dev/null 2>&1 &\n'
+    'else setsid bash -c "$3" </dev/null 2>&1 & fi\n'
     "pid=$!\n"
+    "exec 3<&-\n"
     'setsid bash -c \'sleep "$1"; kill -USR1 "$2"; kill -KILL -- -"$3"\' timer "$1" $$ "$pid"'
     " </dev/null >/dev/null 2>&1 &\n"
     "timer=$!\n"
@@ -63,8 +72,9 @@ class DockerSandbox(BaseSandbox):
     """One container; each ``execute`` is one exec (``bash -c``) as ``user``, in
     ``workdir``. See the package docstring for what the container is allowed."""
 
-    #: One command is one argument of the exec (Linux caps one argument at 128 KiB).
-    max_command_bytes = ARGV_COMMAND_BYTES
+    #: A command up to ``ARGV_COMMAND_BYTES`` is an argument of the exec (Linux caps one at
+    #: 128 KiB); a longer one goes over the exec's stdin (see :data:`RUNNER`).
+    max_command_bytes = LARGE_COMMAND_BYTES
 
     def __init__(
         self,
@@ -92,16 +102,24 @@ class DockerSandbox(BaseSandbox):
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
         seconds = self.timeout if timeout is None else timeout
         started = time.monotonic()
+        script = command.encode("utf-8")
+        piped = len(script) > ARGV_COMMAND_BYTES
+        how = ["stdin"] if piped else ["arg", command]
         with translate_errors(f"execute in container {self._id[:12]}"):
             exec_id = self.client.exec_create(
                 self._id,
-                ["bash", "-c", RUNNER, "sandbox-sdk", f"{seconds:.3f}", command],
+                ["bash", "-c", RUNNER, "sandbox-sdk", f"{seconds:.3f}", *how],
+                stdin=piped,
                 user=self.user,
                 workdir=self.workdir,
                 environment=self.env or None,
             )["Id"]
             response = self._start(exec_id)
             try:
+                if piped:  # then end the exec's stdin: the command's shell reads it to the end
+                    sock = response.raw._fp.fp.raw._sock
+                    sock.sendall(b"exec 3<&-; " + script)
+                    sock.shutdown(socket.SHUT_WR)
                 output, truncated, finished = self._collect(
                     response.raw._fp.fp, started + seconds + BACKSTOP_SECONDS
                 )
