@@ -16,6 +16,7 @@ from tests.providers.docker.test_provider import (
     test_eight_processes_get_or_create_one_container,
     test_limits_and_network_are_options,
     test_reap_removes_idle_and_stopped_sandboxes_and_keeps_the_rest,
+    test_sbx_reap_removes_expired_containers,
     test_the_defaults_confine_the_container,
     test_the_workspace_goes_to_the_users_where_the_image_has_none,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "test_eight_processes_get_or_create_one_container",
     "test_limits_and_network_are_options",
     "test_reap_removes_idle_and_stopped_sandboxes_and_keeps_the_rest",
+    "test_sbx_reap_removes_expired_containers",
     "test_the_defaults_confine_the_container",
     "test_the_workspace_goes_to_the_users_where_the_image_has_none",
 ]

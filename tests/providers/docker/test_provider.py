@@ -8,6 +8,7 @@ import multiprocessing
 import secrets
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from sandbox_sdk import errors, get_provider
 from sandbox_sdk.providers.docker import DEFAULT_IMAGE, DockerProvider, sandbox_name
 from sandbox_sdk.providers.docker.provider import EXPIRES_LABEL, KEPT_CAPABILITIES, WORKSPACE
 from sandbox_sdk.testing import ProviderConformanceTests
+from tests.cli.test_cli import Sbx
 
 pytestmark = pytest.mark.engines
 
@@ -28,7 +30,7 @@ def test_registered_as_entry_point(docker_url: str) -> None:
         assert isinstance(provider, DockerProvider)
 
 
-def test_an_engine_that_does_not_answer_is_said_at_construction(tmp_path: object) -> None:
+def test_an_engine_that_does_not_answer_is_said_at_construction(tmp_path: Path) -> None:
     with pytest.raises(errors.ProviderUnavailableError, match="cannot reach the container engine"):
         DockerProvider(base_url=f"unix://{tmp_path}/no-engine.sock")
 
@@ -188,3 +190,16 @@ def test_reap_removes_idle_and_stopped_sandboxes_and_keeps_the_rest(module_provi
     finally:
         for sandbox in (kept, idle, stopped):
             module_provider.delete(sandbox.id)
+
+
+def test_sbx_reap_removes_expired_containers(
+    docker_url: str, module_provider: DockerProvider, tmp_path: Path
+) -> None:
+    """``sbx reap`` reaps on docker, as on the local providers (cloud platforms expire their own)."""
+    sandbox = module_provider.create(ttl=1)
+    expires = float(module_provider.client.inspect_container(sandbox.id)["Config"]["Labels"][EXPIRES_LABEL])
+    while time.time() < expires:  # the condition: the sandbox's deadline has passed
+        time.sleep(0.05)
+    done = Sbx(tmp_path, "docker", env={"DOCKER_HOST": docker_url})("reap")
+    assert sandbox.id in done.stdout.split()
+    assert sandbox.id not in [info.id for info in module_provider.iter_sandboxes()]
