@@ -30,6 +30,7 @@ from sandbox_sdk.provider import SandboxProvider
 if TYPE_CHECKING:  # the shipped providers, for get_provider's overloads (a cloud SDK is optional)
     from sandbox_sdk.providers.bwrap import BwrapProvider
     from sandbox_sdk.providers.daytona import DaytonaProvider
+    from sandbox_sdk.providers.docker import DockerProvider
     from sandbox_sdk.providers.e2b import E2BProvider
     from sandbox_sdk.providers.local import LocalProvider
     from sandbox_sdk.providers.modal import ModalProvider
@@ -65,6 +66,8 @@ def get_provider(name: Literal["local"], **config: Any) -> LocalProvider: ...
 def get_provider(name: Literal["remote"], **config: Any) -> RemoteProvider: ...
 @overload
 def get_provider(name: Literal["daytona"], **config: Any) -> DaytonaProvider: ...
+@overload
+def get_provider(name: Literal["docker"], **config: Any) -> DockerProvider: ...
 @overload
 def get_provider(name: Literal["e2b"], **config: Any) -> E2BProvider: ...
 @overload

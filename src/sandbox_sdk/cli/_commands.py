@@ -35,7 +35,6 @@ from sandbox_sdk import (
 from sandbox_sdk.cli._copy import copy
 from sandbox_sdk.cli._shell import run_shell
 from sandbox_sdk.cli._text import shown
-from sandbox_sdk.provider_kit.host_state import HostStateProvider
 from sandbox_sdk.registry import DEFAULT_PROVIDER, PROVIDER_ENV, install_hint
 from sandbox_sdk.transfer import SymlinkPolicy
 
@@ -301,9 +300,11 @@ def remove(provider: str, sandbox_ids: tuple[str, ...]) -> None:
 def reap(provider: str) -> None:
     """Delete every expired sandbox and print their ids."""
     with opened(provider) as sandboxes:
-        if not isinstance(sandboxes, HostStateProvider):
+        # The local providers and docker reap; cloud platforms expire their sandboxes themselves.
+        reap_expired = getattr(sandboxes, "reap", None)
+        if not callable(reap_expired):
             raise click.ClickException(
                 f"provider {provider!r} has nothing to reap: its platform removes expired sandboxes itself"
             )
-        for sandbox_id in sandboxes.reap():
+        for sandbox_id in reap_expired():
             click.echo(shown(sandbox_id))

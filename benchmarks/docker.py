@@ -1,0 +1,131 @@
+"""What a container costs against a bwrap jail, per engine, in one run.
+
+    .venv/bin/python -m benchmarks.docker [--rounds 100] [--mib 50] [--repeat 2] [--creates 5]
+
+The engines are the ones ``scripts/services start`` starts (``DOCKER_HOST`` for dockerd,
+``CONTAINER_HOST`` for podman, else their sockets in its state directory); an engine that
+does not answer is left out and said so. The baseline, bwrap, is measured in the same run.
+
+* Create: ``create()`` then ``delete``, ``--creates`` times each, alternating; the median.
+* Round trip: ``execute("true")`` and ``stat`` (a file operation), alternating sandbox by
+  sandbox round by round so drift in machine load hits all alike; median, p90 and the
+  ratio of medians against bwrap.
+* Throughput: ``upload_files`` and ``download_files`` of one ``--mib`` MiB file, best of
+  ``--repeat``; MiB/s and the ratio against bwrap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from sandbox_sdk import errors
+from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.provider import SandboxProvider
+from sandbox_sdk.providers.bwrap import BwrapProvider
+from sandbox_sdk.providers.docker import DockerProvider
+from tests.providers.docker.conftest import ENGINES, engine_url
+
+WARMUP = 5
+MIB = 1024 * 1024
+
+
+def providers(stack: ExitStack, directory: Path) -> dict[str, SandboxProvider[Any]]:
+    made: dict[str, SandboxProvider[Any]] = {"bwrap": BwrapProvider(directory / "bwrap")}
+    for engine in ENGINES:
+        url = engine_url(engine)
+        try:
+            if url is None:
+                raise errors.ProviderUnavailableError("not started: run scripts/services start")
+            made[engine] = stack.enter_context(DockerProvider(base_url=url))
+        except errors.ProviderUnavailableError as exc:
+            print(f"{engine}: left out ({exc})")
+    return made
+
+
+def creates(made: dict[str, SandboxProvider[Any]], count: int) -> dict[str, float]:
+    samples: dict[str, list[float]] = {}
+    for _ in range(count):
+        for name, provider in made.items():
+            started = time.perf_counter()
+            sandbox = provider.create()
+            samples.setdefault(name, []).append(time.perf_counter() - started)
+            provider.delete(sandbox.id)
+    return {name: statistics.median(values) * 1000 for name, values in samples.items()}
+
+
+def round_trips(sandboxes: dict[str, BaseSandbox], rounds: int) -> dict[tuple[str, str], list[float]]:
+    operations: dict[str, Callable[[BaseSandbox], object]] = {
+        'execute("true")': lambda sandbox: sandbox.execute("true"),
+        "stat": lambda sandbox: sandbox.stat("."),
+    }
+    samples: dict[tuple[str, str], list[float]] = {}
+    for operation, run in operations.items():
+        for _ in range(WARMUP):
+            for sandbox in sandboxes.values():
+                run(sandbox)
+        for _ in range(rounds):
+            for name, sandbox in sandboxes.items():
+                started = time.perf_counter()
+                run(sandbox)
+                samples.setdefault((operation, name), []).append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def throughput(sandboxes: dict[str, BaseSandbox], size: int, repeat: int) -> dict[tuple[str, str], float]:
+    data = os.urandom(size)
+    best: dict[tuple[str, str], float] = {}
+    for _ in range(repeat):
+        for name, sandbox in sandboxes.items():
+            started = time.perf_counter()
+            [upload] = sandbox.upload_files([("bench.bin", data)])
+            up = time.perf_counter() - started
+            started = time.perf_counter()
+            [download] = sandbox.download_files(["bench.bin"])
+            down = time.perf_counter() - started
+            assert upload.error is None and download.content == data
+            for operation, seconds in (("upload_files", up), ("download_files", down)):
+                best[(operation, name)] = min(best.get((operation, name), float("inf")), seconds)
+    return {key: size / MIB / seconds for key, seconds in best.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--mib", type=int, default=50)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--creates", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch, ExitStack() as stack:
+        made = providers(stack, Path(scratch))
+        created = creates(made, args.creates)
+        print("create + health check, median ms:")
+        for name, ms in created.items():
+            print(f"  {name:8} {ms:8.0f}  x{ms / created['bwrap']:.1f}")
+        sandboxes = {name: provider.create() for name, provider in made.items()}
+        try:
+            samples = round_trips(sandboxes, args.rounds)
+            print("round trip, ms: median / p90 / ratio of medians against bwrap")
+            for (operation, name), values in samples.items():
+                median = statistics.median(values)
+                p90 = statistics.quantiles(values, n=10)[-1]
+                base = statistics.median(samples[(operation, "bwrap")])
+                print(f"  {operation:16} {name:8} {median:7.1f} {p90:7.1f}  x{median / base:.1f}")
+            rates = throughput(sandboxes, args.mib * MIB, args.repeat)
+            print(f"{args.mib} MiB, MiB/s (best of {args.repeat}) and the ratio against bwrap:")
+            for (operation, name), rate in rates.items():
+                print(f"  {operation:16} {name:8} {rate:7.1f}  x{rate / rates[(operation, 'bwrap')]:.2f}")
+        finally:
+            for name, sandbox in sandboxes.items():
+                made[name].delete(sandbox.id)
+
+
+if __name__ == "__main__":
+    main()
