@@ -6,11 +6,13 @@ import socket
 import struct
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import docker
 
 from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse
 from sandbox_sdk.provider_kit import ARGV_COMMAND_BYTES, LARGE_COMMAND_BYTES
 from sandbox_sdk.providers.docker._errors import translate_errors
@@ -74,7 +76,7 @@ class DockerSandbox(BaseSandbox):
 
     #: A command up to ``ARGV_COMMAND_BYTES`` is an argument of the exec (Linux caps one at
     #: 128 KiB); a longer one goes over the exec's stdin (see :data:`RUNNER`).
-    max_command_bytes = LARGE_COMMAND_BYTES
+    limits = Limits(max_command_bytes=LARGE_COMMAND_BYTES)
 
     def __init__(
         self,
@@ -92,7 +94,7 @@ class DockerSandbox(BaseSandbox):
         self.user = user
         self.workdir = workdir
         self.timeout = timeout
-        self.max_output_bytes = max_output_bytes
+        self.limits = replace(self.limits, max_output_bytes=max_output_bytes)
         self.env = dict(env or {})
 
     @property
@@ -181,7 +183,7 @@ class DockerSandbox(BaseSandbox):
                     continue
                 piece, pending = pending[:frame_left], pending[frame_left:]
                 frame_left -= len(piece)
-                room = self.max_output_bytes - len(kept)
+                room = self.limits.max_output_bytes - len(kept)
                 if len(piece) > room:
                     truncated = True
                 kept += piece[: max(room, 0)]
