@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.limits import Limits
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.recording import RecordingSandbox
 
@@ -42,8 +42,7 @@ OPERATIONS: list[tuple[str, Callable[[RecordingSandbox], Any]]] = [
 def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         sandbox = RecordingSandbox(LocalSandbox(root))
-        sandbox.max_command_bytes = BaseSandbox.max_command_bytes
-        sandbox.max_output_bytes = BaseSandbox.max_output_bytes
+        sandbox.limits = Limits()  # the defaults a remote provider starts from
         sandbox.write("dir/file.txt", "alpha\nbeta\n")
         sandbox.mkdir("dir/sub")
         sandbox.reset()

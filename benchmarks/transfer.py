@@ -54,7 +54,7 @@ class Counting(LocalSandbox):
 
 def raw_upload(sandbox: LocalSandbox, source: Path, remote: str) -> None:
     """The plain execute()-only way: base64 chunks appended with a heredoc."""
-    chunk = (sandbox.max_command_bytes - 200) // 4 * 3
+    chunk = (sandbox.limits.max_command_bytes - 200) // 4 * 3
     sandbox.execute(f": > {remote}")
     with source.open("rb") as f:
         for block in iter(lambda: f.read(chunk), b""):
@@ -66,7 +66,7 @@ def raw_upload(sandbox: LocalSandbox, source: Path, remote: str) -> None:
 
 def raw_download(sandbox: LocalSandbox, remote: str, dest: Path, size: int) -> None:
     """The plain execute()-only way: one base64 slice of the file per command."""
-    chunk = (sandbox.max_output_bytes - 1024) // 4 * 3
+    chunk = (sandbox.limits.max_output_bytes - 1024) // 4 * 3
     with dest.open("wb") as f:
         for offset in range(0, max(size, 1), chunk):
             response = sandbox.execute(f"tail -c +{offset + 1} {remote} | head -c {chunk} | base64 -w0")
@@ -170,9 +170,9 @@ def main() -> None:
             print(f"{size_mib} MiB {operation}: {results[size][operation]}", file=sys.stderr, flush=True)
     sandbox = LocalSandbox(tempfile.gettempdir())
     print(
-        f"LocalSandbox, max_command_bytes={sandbox.max_command_bytes // 1024} KiB, "
-        f"max_output_bytes={sandbox.max_output_bytes // 1024} KiB, transfer_concurrency="
-        f"{sandbox.transfer_concurrency}; Python {platform.python_version()}, {os.cpu_count()} CPUs, "
+        f"LocalSandbox, max_command_bytes={sandbox.limits.max_command_bytes // 1024} KiB, "
+        f"max_output_bytes={sandbox.limits.max_output_bytes // 1024} KiB, transfer_concurrency="
+        f"{sandbox.limits.transfer_concurrency}; Python {platform.python_version()}, {os.cpu_count()} CPUs, "
         f"load average {os.getloadavg()[0]:.1f}\n"
     )
     print(table(results))

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +48,14 @@ from deepagents.backends.protocol import FileDownloadResponse, FileUploadRespons
 from deepagents.backends.sandbox import BaseSandbox as ReferenceBase
 
 from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.files import file_sha256, write_random_file
 
 MIB = 1024 * 1024
-COMMAND_BYTES = BaseSandbox.max_command_bytes
-OUTPUT_BYTES = BaseSandbox.max_output_bytes
+COMMAND_BYTES = BaseSandbox.limits.max_command_bytes
+OUTPUT_BYTES = BaseSandbox.limits.max_output_bytes
 GREP_WORD = "needle_in_the_haystack"
 #: Numbers for fresh file names, across rounds and tables.
 FRESH = itertools.count()
@@ -85,9 +86,9 @@ class Wire:
 class Ours(BaseSandbox):
     """sandbox_sdk over the wire, with ``BaseSandbox``'s default budgets."""
 
-    def __init__(self, wire: Wire, concurrency: int = BaseSandbox.transfer_concurrency) -> None:
+    def __init__(self, wire: Wire, concurrency: int = Limits().transfer_concurrency) -> None:
         self.wire = wire
-        self.transfer_concurrency = concurrency
+        self.limits = replace(self.limits, transfer_concurrency=concurrency)
 
     @property
     def id(self) -> str:
@@ -459,7 +460,10 @@ def main() -> None:
     parser.add_argument("--latency-transfer-mib", type=int, nargs="*", default=[10])
     parser.add_argument("--rss", action="store_true", help="client peak RSS for 200 MiB each way")
     parser.add_argument(
-        "--concurrency", type=int, default=BaseSandbox.transfer_concurrency, help="our transfer_concurrency"
+        "--concurrency",
+        type=int,
+        default=Limits().transfer_concurrency,
+        help="our transfer_concurrency",
     )
     parser.add_argument("--only", nargs="*", default=[], help="operations whose name has one of these")
     parser.add_argument("--rss-one", nargs=3, help=argparse.SUPPRESS)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sandbox_sdk import BaseSandbox, ExecuteResponse
+from sandbox_sdk import BaseSandbox, ExecuteResponse, Limits
 from sandbox_sdk.provider_kit import (
     LARGE_COMMAND_BYTES,
     WORKSPACE_DIR,
@@ -30,10 +30,10 @@ DEFAULT_TIMEOUT = 120.0
 class UnshareSandbox(BaseSandbox):
     """Runs each command in the sandbox's workspace, with no network."""
 
-    #: ``bash_script`` hands a command too long for one argument over in a file.
-    max_command_bytes = LARGE_COMMAND_BYTES
-    #: Twice a command: whatever one large command wrote, one ``read`` returns.
-    max_output_bytes = 2 * LARGE_COMMAND_BYTES
+    #: ``bash_script`` hands a command too long for one argument over in a
+    #: file; twice a command for the output: whatever one large command
+    #: wrote, one ``read`` returns.
+    limits = Limits(max_command_bytes=LARGE_COMMAND_BYTES, max_output_bytes=2 * LARGE_COMMAND_BYTES)
     #: Each command has a network namespace of its own: an operation server
     #: started by one would not be on the next one's loopback.
     operation_server = False
@@ -55,7 +55,7 @@ class UnshareSandbox(BaseSandbox):
                 cwd=self.workspace,
                 env={"PATH": "/usr/bin:/bin", "HOME": str(self.workspace)},
                 timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
-                max_output_bytes=self.max_output_bytes,
+                max_output_bytes=self.limits.max_output_bytes,
                 pass_fds=pass_fds,
             )
 

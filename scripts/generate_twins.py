@@ -58,8 +58,9 @@ ENTRIES = [
         docstring="""A sandbox whose every operation is built on :meth:`execute`.
 
 Subclass it, implement ``id`` and ``execute`` (and ``aexecute`` if you
-have a native async client), and set ``max_command_bytes`` /
-``max_output_bytes`` to your transport's limits. See docs/provider-guide.md.""",
+have a native async client), and declare your transport's caps as
+``limits = Limits(max_command_bytes=..., max_output_bytes=...)``.
+See docs/provider-guide.md.""",
         module_docstring="""``BaseSandbox``: every file operation, derived from one ``execute()``.
 
 A provider implements ``id`` and ``execute``; this class supplies ``run``,

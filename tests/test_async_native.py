@@ -7,6 +7,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ async def test_async_operations_use_native_aexecute(tmp_path: Path, no_threads: 
 
 async def test_async_chunked_transfer_runs_chunks_concurrently(tmp_path: Path, no_threads: None) -> None:
     sandbox = AsyncOnlySandbox(tmp_path)
-    sandbox.max_output_bytes = 64 * 1024
+    sandbox.limits = replace(sandbox.limits, max_output_bytes=64 * 1024)
     data = os.urandom(1024 * 1024)  # 1 MiB that does not compress: many chunks each way
     await sandbox.awrite("big.bin", data)
     assert sandbox.max_in_flight > 1

@@ -22,11 +22,14 @@ from pydantic import ValidationError
 from sandbox_sdk import _calls, _kernel, errors, protocol
 from sandbox_sdk._calls import GREP, LS, READ_CHUNK, RUN, Call, Script, ShellGrepCall, walk_key, walk_keys
 from sandbox_sdk._session import Session
+from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import ExecuteResponse, FileInfo, GrepResult
 from sandbox_sdk.remote import _runtime
 from sandbox_sdk.remote.grep import walk_files
 
 SCRIPTS = {name: value for name, value in vars(_calls).items() if isinstance(value, Script)}
+#: Limits under which no call's command is too large.
+ROOMY = Limits(max_command_bytes=10**6)
 
 
 def frame(nonce: str, value: object, *blobs: bytes) -> ExecuteResponse:
@@ -60,7 +63,7 @@ def test_an_unknown_operation_is_refused_when_declared() -> None:
 
 def test_a_script_call_names_its_operation_once() -> None:
     call = LS({"path": "Lg=="}, what="ls")
-    command, nonce = call.command(10**6, Session("/tmp"))
+    command, nonce = call.command(ROOMY, Session("/tmp"))
     assert call.payload == {"op": "ls", "path": "Lg=="}
     assert protocol.shipped("ls").name in command
     assert nonce in command
@@ -74,7 +77,7 @@ def test_yield_from_a_call_returns_its_decoded_reply() -> None:
     nonces: list[str] = []
 
     def perform(call: Call[Any]) -> Any:
-        _, nonce = call.command(10**6, Session("/tmp"))
+        _, nonce = call.command(ROOMY, Session("/tmp"))
         nonces.append(nonce)
         return call.decode(frame(nonce, {"next": 7}, b"x"), nonce)
 
@@ -113,7 +116,9 @@ def test_a_command_call_cut_by_the_provider_timeout_is_none() -> None:
 
 def test_an_oversized_script_command_is_refused_before_it_is_sent() -> None:
     with pytest.raises(errors.SandboxRuntimeError, match="exceeds max_command_bytes"):
-        LS({"path": "Lg=="}, [b"x" * 10_000], what="ls").command(5_000, Session("/tmp"))
+        LS({"path": "Lg=="}, [b"x" * 10_000], what="ls").command(
+            Limits(max_command_bytes=5_000), Session("/tmp")
+        )
 
 
 def test_the_client_reads_the_frame_marker_from_the_runtime() -> None:
@@ -320,10 +325,10 @@ def test_a_server_launch_that_would_not_fit_is_left_to_a_command_with_room() -> 
     server = protocol.shipped("server")
     launch = f" {server.name} {server.crc} "  # the bootstrap's arguments in a launch's first line
     call = LS({"path": "Lg==", "start": 0}, [b"x" * 10_000], what="ls")
-    plain, _ = call.command(10**6, Session("/tmp"))
+    plain, _ = call.command(ROOMY, Session("/tmp"))
     session = Session("/tmp")
     session.server_wanted = True
-    tight, _ = call.command(len(plain) + 100, session)
+    tight, _ = call.command(Limits(max_command_bytes=len(plain) + 100), session)
     assert launch not in tight and session.server_wanted and not session.launches
-    roomy, nonce = call.command(10**6, session)
+    roomy, nonce = call.command(ROOMY, session)
     assert launch in roomy and not session.server_wanted and session.launches == {nonce}

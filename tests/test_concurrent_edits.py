@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from sandbox_sdk.providers.local import LocalSandbox
@@ -25,7 +26,7 @@ def test_concurrent_staged_edits_all_land_and_leave_nothing(tmp_path: Path) -> N
     scratch.mkdir()
     sandbox = LocalSandbox(root)
     sandbox.scratch_dir = str(scratch)
-    sandbox.max_command_bytes = COMMAND_BYTES
+    sandbox.limits = replace(sandbox.limits, max_command_bytes=COMMAND_BYTES)
     old = {
         (t, i): f"<{t}-{i}>{secrets.token_urlsafe(TEXT_BYTES)}\n"
         for t in range(THREADS)

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -36,13 +37,13 @@ def test_a_cut_frame_is_never_accepted_even_if_it_decodes() -> None:
 def test_run_stdin_at_the_edge_of_one_command(local: LocalSandbox) -> None:
     small = LimitedSandbox(local, max_command_bytes=16 * 1024, max_output_bytes=64 * 1024)
     args = {"op": "run", "command": protocol.encode_path(b"wc -c"), "stdin": 0}
-    capacity = small._blob_capacity("run", args)
+    capacity = small.limits.blob_capacity("run", args, small.scratch_dir)
     for size in range(capacity - 12, capacity + 12):
         assert small.run("wc -c", stdin=b"x" * size).output.strip() == str(size)
 
 
 def test_run_without_a_timeout_gets_the_provider_default(local: LocalSandbox) -> None:
-    local.operation_timeout = 0.5  # file operations only
+    local.limits = replace(local.limits, operation_timeout=0.5)  # file operations only
     assert local.run("sleep 1; echo done").output == "done\n"
     assert local.run("sleep 1; echo done", cwd=".").output == "done\n"
 

@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -639,7 +640,7 @@ def test_a_line_of_100_mb_is_answered_within_a_providers_timeout(root: Path) -> 
     (root / "big").mkdir()
     (root / "big" / "big.txt").write_bytes(b"x" * half + NEEDLE.encode() + b"y" * half + b"\n")
     sandbox = Counting(root)
-    sandbox.operation_timeout = 30.0
+    sandbox.limits = replace(sandbox.limits, operation_timeout=30.0)
     found = sandbox.grep(NEEDLE, "big")
     assert [(m.path, m.line_truncated, m.line) for m in found.matches] == [("big/big.txt", True, "x" * 1000)]
 

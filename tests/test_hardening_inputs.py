@@ -23,7 +23,7 @@ def local(tmp_path: Path) -> LocalSandbox:
 
 @pytest.fixture
 def counted(local: LocalSandbox) -> LimitedSandbox:
-    return LimitedSandbox(local, max_command_bytes=local.max_command_bytes, max_output_bytes=1 << 20)
+    return LimitedSandbox(local, max_command_bytes=local.limits.max_command_bytes, max_output_bytes=1 << 20)
 
 
 RUNS: list[tuple[str, dict[str, Any]]] = [

@@ -96,7 +96,10 @@ def test_a_scripts_directory_that_is_not_safely_ours_is_never_used(tmp_path: Pat
 def test_concurrent_first_calls_from_threads_and_processes_all_succeed(tmp_path: Path) -> None:
     """Each installer writes a file of its own and renames it into place, so a
     racing reader sees the whole script or none (and then runs its own copy)."""
-    commands = [protocol.build_command("ls", STAT_DOT, scratch_dir=str(tmp_path)) for _ in range(6)]
+    commands = [
+        protocol.build_command("ls", STAT_DOT, scripts_dir=protocol.scripts_dir_in(str(tmp_path)))
+        for _ in range(6)
+    ]
     processes = [
         (subprocess.Popen(["bash", "-c", command], cwd=tmp_path, stdout=subprocess.PIPE, text=True), nonce)
         for command, nonce in commands
@@ -119,7 +122,9 @@ def test_a_script_removed_between_its_check_and_its_import_runs_from_the_command
     looks for it (``__import__`` wrapped to remove it first, standing in for a
     user's ``rm -rf`` at that moment); the script has not started, so the
     bootstrap runs the packed copy and installs it again."""
-    command, nonce = protocol.build_command("ls", STAT_DOT, scratch_dir=str(tmp_path))
+    command, nonce = protocol.build_command(
+        "ls", STAT_DOT, scripts_dir=protocol.scripts_dir_in(str(tmp_path))
+    )
     assert stat_dot(command, nonce, tmp_path) == "dir"  # installed
     installed = scripts_dir(tmp_path) / f"{SCRIPT.name}.py"
     removing = (
@@ -133,7 +138,9 @@ def test_a_script_removed_between_its_check_and_its_import_runs_from_the_command
         "builtins.__import__=removing\n"
         f"exec({protocol.BOOTSTRAP!r})\n"
     )
-    command, nonce = protocol.build_command("ls", STAT_DOT, scratch_dir=str(tmp_path))
+    command, nonce = protocol.build_command(
+        "ls", STAT_DOT, scripts_dir=protocol.scripts_dir_in(str(tmp_path))
+    )
     wrapped = command.replace(shlex.quote(protocol.BOOTSTRAP), shlex.quote(removing), 1)
     assert wrapped != command
     assert stat_dot(wrapped, nonce, tmp_path) == "dir"

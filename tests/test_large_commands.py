@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,7 @@ def test_large_command_timeout_kills_the_group(shell: tuple[BaseSandbox, Path]) 
 
 def test_large_command_output_is_capped(shell: tuple[BaseSandbox, Path]) -> None:
     sandbox, _ = shell
-    sandbox.max_output_bytes = 10_000
+    sandbox.limits = replace(sandbox.limits, max_output_bytes=10_000)
     response = sandbox.execute(PADDING + "head -c 50000 /dev/zero | tr '\\0' z")
     assert response.truncated
     assert response.output == "z" * 10_000
@@ -71,6 +72,6 @@ def test_large_command_output_is_capped(shell: tuple[BaseSandbox, Path]) -> None
 def test_command_at_max_command_bytes(shell: tuple[BaseSandbox, Path]) -> None:
     sandbox, _ = shell
     tail = "; echo at-the-limit"
-    command = ":" + " y" * ((sandbox.max_command_bytes - len(tail) - 1) // 2) + tail
-    assert len(command) <= sandbox.max_command_bytes
+    command = ":" + " y" * ((sandbox.limits.max_command_bytes - len(tail) - 1) // 2) + tail
+    assert len(command) <= sandbox.limits.max_command_bytes
     assert sandbox.execute(command).output == "at-the-limit\n"

@@ -299,6 +299,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "calls",
         (
+            "sandbox_sdk.limits",
             "sandbox_sdk._kernel",
             "sandbox_sdk._handle",
             "sandbox_sdk._session",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 from sandbox_sdk import FileInfo
@@ -24,7 +25,7 @@ def reference_output(paths: list[str]) -> int:
 
 def recorded(tmp_path: Path) -> RecordingSandbox:
     sandbox = RecordingSandbox(LocalSandbox(tmp_path))
-    sandbox.max_output_bytes = 1024 * 1024  # a typical remote provider's
+    sandbox.limits = replace(sandbox.limits, max_output_bytes=1024 * 1024)  # a typical remote provider's
     return sandbox
 
 

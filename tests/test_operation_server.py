@@ -331,8 +331,9 @@ def run_served_command(
     started by ``bash`` in ``cwd``."""
     shipped = install_probe(scratch, script)
     nonce = os.urandom(16).hex()
+    request = protocol.server_request(protocol.scripts_dir_in(str(scratch)), shipped, nonce)
     command = (
-        f"{command_prefix}{{ {protocol.server_request(str(scratch), shipped, nonce)}\n"
+        f"{command_prefix}{{ {request}\n"
         f"echo NOT-SERVED; exit 3; }} <<'SBX_{nonce}'\npayload line\nSBX_{nonce}\n"
     )
     return subprocess.Popen(
@@ -389,14 +390,13 @@ def test_output_to_a_file_not_opened_for_appending_is_not_served(tmp_path: Path,
     """A new description of such a file would write from its start, over
     what the command wrote before: the worker declines, ``python3`` runs."""
     shipped = install_probe(Path(served.scratch_dir), "print('served')\n")
+    scripts = protocol.scripts_dir_in(served.scratch_dir)
     for mode, expected in (("w", "declined"), ("a", "")):
         out = tmp_path / f"out-{mode}.txt"
         with open(out, mode) as sink:
             sink.write("before\n")
             sink.flush()
-            command = (
-                f"{{ {protocol.server_request(served.scratch_dir, shipped, 'n')}\necho alone; }} </dev/null"
-            )
+            command = f"{{ {protocol.server_request(scripts, shipped, 'n')}\necho alone; }} </dev/null"
             subprocess.run(["bash", "-c", command], stdout=sink, stderr=subprocess.DEVNULL, check=False)
         text = out.read_text()
         assert text.startswith("before\n")

@@ -9,7 +9,7 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import anyio
@@ -18,6 +18,7 @@ import pytest
 from sandbox_sdk import _core
 from sandbox_sdk._calls import Call
 from sandbox_sdk._session import Session
+from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.faults import InjectedFault, LimitedSandbox
@@ -35,7 +36,7 @@ class Raw(Call[ExecuteResponse]):
     timeout: float | None = None
     what: str = "raw"
 
-    def command(self, max_bytes: int, scripts: Session) -> tuple[str, str]:
+    def command(self, limits: Limits, scripts: Session) -> tuple[str, str]:
         return self.text, ""
 
     def decode(self, response: ExecuteResponse, nonce: str) -> ExecuteResponse:
@@ -70,7 +71,7 @@ class TimedSandbox(LimitedSandbox):
         with self._lock:
             self.calls_in_flight += 1
             self.max_calls_in_flight = max(self.max_calls_in_flight, self.calls_in_flight)
-            if self.calls_in_flight >= self.transfer_concurrency:
+            if self.calls_in_flight >= self.limits.transfer_concurrency:
                 self.window_filled.set()
         started = time.monotonic()
         try:
@@ -95,14 +96,14 @@ def test_sync_download_keeps_the_window_full_and_reassembles_in_order(local: Loc
     (local.root_dir / "big.bin").write_bytes(DATA)
     sandbox = TimedSandbox(local, slow_early_calls())
     assert sandbox.read_bytes("big.bin") == DATA
-    assert sandbox.max_calls_in_flight == sandbox.transfer_concurrency
+    assert sandbox.max_calls_in_flight == sandbox.limits.transfer_concurrency
 
 
 def test_sync_upload_keeps_the_window_full_and_commits_last(local: LocalSandbox) -> None:
     sandbox = TimedSandbox(local, slow_early_calls())
     assert sandbox.upload_files([("big.bin", DATA)])[0].error is None
     assert (local.root_dir / "big.bin").read_bytes() == DATA
-    assert sandbox.max_calls_in_flight == sandbox.transfer_concurrency
+    assert sandbox.max_calls_in_flight == sandbox.limits.transfer_concurrency
     last = max(sandbox.spans)
     assert all(end <= sandbox.spans[last][0] for n, (_, end) in sandbox.spans.items() if n != last)
 
@@ -111,7 +112,7 @@ async def test_async_download_reassembles_in_order(local: LocalSandbox) -> None:
     (local.root_dir / "big.bin").write_bytes(DATA)
     sandbox = TimedSandbox(local, slow_early_calls())
     assert await sandbox.aread_bytes("big.bin") == DATA
-    assert sandbox.max_calls_in_flight == sandbox.transfer_concurrency
+    assert sandbox.max_calls_in_flight == sandbox.limits.transfer_concurrency
 
 
 def test_a_window_of_one_runs_calls_one_by_one_without_threads(
@@ -123,7 +124,7 @@ def test_a_window_of_one_runs_calls_one_by_one_without_threads(
     monkeypatch.setattr(_core, "ThreadPoolExecutor", no_threads)
     (local.root_dir / "big.bin").write_bytes(DATA)
     sandbox = TimedSandbox(local, {})
-    sandbox.transfer_concurrency = 1
+    sandbox.limits = replace(sandbox.limits, transfer_concurrency=1)
     assert sandbox.read_bytes("big.bin") == DATA
     assert sandbox.upload_files([("up.bin", DATA)])[0].error is None
     assert sandbox.max_in_flight == 1
@@ -135,7 +136,7 @@ def test_a_failed_call_is_raised_after_the_calls_in_flight_finish(local: LocalSa
     once while call 2 is still running; the clean-up starts after call 2 ends."""
     (local.root_dir / "dest.bin").write_bytes(b"old")
     sandbox = TimedSandbox(local, {2: 0.5}, failures=frozenset({3}))
-    sandbox.transfer_concurrency = 2
+    sandbox.limits = replace(sandbox.limits, transfer_concurrency=2)
     if mode == "sync":
         [response] = sandbox.upload_files([("dest.bin", DATA)])
     else:
@@ -189,7 +190,7 @@ def test_replies_are_consumed_in_call_order_whatever_order_they_finish_in() -> N
     """The driver itself, on calls that finish in reverse order."""
 
     class Echo(_core.SandboxCore):
-        transfer_concurrency = 4
+        limits = Limits(transfer_concurrency=4)
 
         @property
         def id(self) -> str:

@@ -48,9 +48,9 @@ def test_every_shipped_script_compiles_and_runs_only_stdlib(module: str) -> None
     }
     assert "sandbox_sdk" not in imported
     assert imported <= {
-        "__future__", "_json", "_stat", "ast", "base64", "binascii", "contextlib", "errno", "fcntl", "gc",
-        "hashlib", "hmac", "json", "os", "posix", "re", "select", "shutil", "signal", "socket", "stat", "sys",
-        "tarfile", "tempfile", "time", "traceback", "typing", "zlib",
+        "__future__", "_json", "_stat", "array", "ast", "base64", "binascii", "contextlib", "errno", "fcntl",
+        "gc", "hashlib", "hmac", "json", "os", "posix", "re", "resource", "select", "shutil", "signal",
+        "socket", "stat", "sys", "tarfile", "tempfile", "time", "traceback", "typing", "zlib",
     }  # fmt: skip
     assert source.rstrip().endswith("main(OPS)")
 
@@ -86,7 +86,10 @@ def test_scripts_import_at_start_up_only_what_they_always_use(module: str) -> No
 def test_user_values_never_reach_the_command_text() -> None:
     hostile = "'; rm -rf / #$(reboot)`id`\nEOF"
     command, nonce = protocol.build_command(
-        "write", {"path": hostile, "flag": True}, [hostile.encode()], scratch_dir="/tmp"
+        "write",
+        {"path": hostile, "flag": True},
+        [hostile.encode()],
+        scripts_dir=protocol.scripts_dir_in("/tmp"),
     )
     assert hostile not in command
     assert "rm -rf" not in command
@@ -95,7 +98,7 @@ def test_user_values_never_reach_the_command_text() -> None:
 
 
 def run_script(module: str, args: dict[str, object], cwd: Path) -> ExecuteResponse:
-    command, nonce = protocol.build_command(module, args, scratch_dir=str(cwd))
+    command, nonce = protocol.build_command(module, args, scripts_dir=protocol.scripts_dir_in(str(cwd)))
     done = subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, check=False)
     response = ExecuteResponse(output=done.stdout + done.stderr, exit_code=done.returncode)
     response.__dict__["nonce"] = nonce
@@ -217,7 +220,7 @@ def test_a_damaged_long_field_is_no_frame(damage: str) -> None:
 def run_importing(tmp_path: Path, module: str, args: dict[str, Any]) -> tuple[Any, set[str]]:
     """A script's value from a real round trip in ``tmp_path`` under
     ``python3 -X importtime``, and the modules it imported."""
-    command, nonce = protocol.build_command(module, args, scratch_dir=str(tmp_path))
+    command, nonce = protocol.build_command(module, args, scripts_dir=protocol.scripts_dir_in(str(tmp_path)))
     timed = command.replace(protocol.PYTHON, "python3 -X importtime -I -S", 1)
     response = LocalSandbox(tmp_path).execute(timed)
     value, _ = protocol.parse_result(response, nonce, args["op"])

@@ -78,5 +78,7 @@ def test_a_sandbox_that_reuses_no_state_installs_nothing_and_asks_no_server(tmp_
         sandbox.write(f"{number}.txt", f"{number}\n")
         assert sandbox.read(f"{number}.txt").content == f"{number}\n"
     assert list(scratch.iterdir()) == []
-    command, _ = protocol.build_command("read", {"op": "read"}, scratch_dir=str(scratch), installed=False)
+    command, _ = protocol.build_command(
+        "read", {"op": "read"}, scripts_dir=protocol.scripts_dir_in(str(scratch)), installed=False
+    )
     assert protocol.UNSERVED_MARKER not in command and protocol.SCRIPTS_DIR.partition("%")[0] not in command

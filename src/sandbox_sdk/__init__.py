@@ -38,6 +38,7 @@ from sandbox_sdk.errors import (
     TransferFailedError,
     UnmanagedSandboxError,
 )
+from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import (
     DirectoryListing,
     DirectoryTransferResult,
@@ -99,6 +100,7 @@ __all__ = [
     "IntegrityError",
     "InvalidArgumentError",
     "InvalidPathError",
+    "Limits",
     "NotTextFileError",
     "OutputLimitExceededError",
     "Process",

@@ -19,9 +19,9 @@ import secrets
 import time
 from abc import abstractmethod
 from collections import deque
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -32,6 +32,7 @@ from sandbox_sdk import errors, protocol
 from sandbox_sdk._calls import Call
 from sandbox_sdk._handle import SandboxHandle
 from sandbox_sdk._session import Session, session_of
+from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import ExecuteResponse
 
 T = TypeVar("T")
@@ -39,18 +40,14 @@ R = TypeVar("R")
 
 PathArg = str | bytes | os.PathLike[str]
 
-#: Output bytes kept free for noise around a result frame (banners, warnings).
-OUTPUT_HEADROOM = 8 * 1024
 #: Timeout of a clean-up round trip (it may run shielded from cancellation).
 CLEANUP_TIMEOUT = 30.0
 #: Each ``execute()`` round trip at DEBUG: operation, bytes each way, exit
 #: code, duration; never the command, its payload or its output.
 round_trip_log = logging.getLogger("sandbox_sdk.round_trips")
-#: Raw chunk bytes a transfer keeps in flight at most beyond its first two
-#: chunks (each costs a few copies on the client: base64 text, command or
-#: output string), so client memory stays bounded by the budgets, whatever
-#: ``transfer_concurrency`` is and however large the file.
-IN_FLIGHT_BYTES = 6 * 1024 * 1024
+#: The names of :class:`Limits`' fields, which a sandbox class must not set
+#: as attributes of its own (see ``SandboxCore.__init_subclass__``).
+LIMIT_NAMES = frozenset(field.name for field in fields(Limits))
 #: Output past which a native ``aexecute``'s reply is decoded on a worker
 #: thread: below it, decoding takes less than the hop to a thread.
 LOOP_DECODE_LIMIT = 256 * 1024
@@ -161,13 +158,11 @@ def to_bytes(name: str, value: object) -> bytes:
 class SandboxCore(SandboxHandle):
     """Limits, round trips and drivers; see :class:`~sandbox_sdk.BaseSandbox`."""
 
-    #: Largest command ``execute`` accepts. 96 KiB keeps under Linux's 128 KiB
-    #: cap on one ``bash -c`` argument; providers with other limits override it.
-    max_command_bytes: int = 96 * 1024
-    #: Largest output ``execute`` returns before truncating.
-    max_output_bytes: int = 1024 * 1024
-    #: Timeout in seconds for each round trip of a file operation.
-    operation_timeout: float = 120.0
+    #: What one round trip may carry and take: command and output caps,
+    #: timeouts, the transfer window, process polling. A provider declares
+    #: its own (``limits = Limits(max_command_bytes=...)``), or sets
+    #: ``self.limits`` in ``__init__`` when they depend on its arguments.
+    limits: Limits = Limits()
     #: Directory in the sandbox for scratch files: directory archives, and
     #: ``run`` stdin or ``edit`` texts too large for one command (not beside the
     #: target: staging creates parents, and an edit must not); the in-sandbox
@@ -187,18 +182,29 @@ class SandboxCore(SandboxHandle):
     #: file operations cannot change what a later one reports
     #: (docs/security.md; its cost: docs/benchmarks.md).
     reuse_sandbox_state: bool = True
-    #: Round trips a chunked transfer keeps in flight at once (sync and async).
-    #: Eight hide a cloud round trip behind the next seven (the throughput
-    #: under a small command cap: docs/benchmarks.md); bounded in bytes by
-    #: ``IN_FLIGHT_BYTES`` whatever its value.
-    transfer_concurrency: int = 8
-    #: Longest a poll of a background process waits in the sandbox for output
-    #: or the exit (see docs/processes.md): a quiet process costs one round trip per this many seconds.
-    process_poll_wait: float = 2.0
-    #: How long a poll that found output lingers to gather more: it starts at
-    #: the minimum and doubles while output keeps coming, up to the maximum.
-    process_linger_min: float = 0.02
-    process_linger_max: float = 0.5
+    #: A directory in the sandbox where the provider itself installed the
+    #: scripts (``protocol.shipped``'s names, each beside its ``.py``),
+    #: read-only to every command: then no command of the sandbox can
+    #: change the scripts its file operations run (docs/security.md). bwrap
+    #: has one; ``None``: the SDK installs them in ``scratch_dir``.
+    installed_scripts: str | None = None
+    #: Whether the provider runs the sandbox's operation server itself and
+    #: gives a command whose first line is ``protocol.CHANNEL_REQUEST`` a
+    #: connection to it on descriptor ``protocol.CHANNEL_FD``: a channel no
+    #: command can redirect, so no command ever starts a server (bwrap's
+    #: jail does; docs/security.md).
+    operation_channel: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse a class that sets a limit as an attribute of its own, which
+        nothing would read: the limits live in :attr:`limits`."""
+        super().__init_subclass__(**kwargs)
+        moved = sorted(LIMIT_NAMES & vars(cls).keys())
+        if moved:
+            raise TypeError(
+                f"{cls.__name__} sets {', '.join(moved)}: declare them as "
+                f"limits = Limits({moved[0]}=...) (sandbox_sdk.Limits, docs/provider-guide.md)"
+            )
 
     @property
     @abstractmethod
@@ -211,7 +217,7 @@ class SandboxCore(SandboxHandle):
 
         The one method a provider must implement. Contract: stdout and stderr
         merged in ``output``; the command's exit status in ``exit_code``
-        (``None`` if it never finished); output past ``max_output_bytes`` cut
+        (``None`` if it never finished); output past ``limits.max_output_bytes`` cut
         with ``truncated=True``; on ``timeout`` the command and everything it
         started are killed and ``timed_out=True`` is returned (not raised)."""
 
@@ -222,37 +228,6 @@ class SandboxCore(SandboxHandle):
         operation then goes through it, and a worker thread is used only to
         decode a reply over ``LOOP_DECODE_LIMIT`` (a chunk of a download)."""
         return await anyio.to_thread.run_sync(lambda: self.execute(command, timeout=timeout))
-
-    # -- budgets -------------------------------------------------------------
-
-    def _blob_capacity(self, op: str, args: Mapping[str, Any]) -> int:
-        """Raw bytes one blob may hold in a command for operation ``op`` with ``args``."""
-        overhead = protocol.command_overhead(op, args, self.scratch_dir)
-        room = self.max_command_bytes - overhead
-        if room < 1024:
-            raise errors.SandboxRuntimeError(
-                f"max_command_bytes={self.max_command_bytes} leaves no room for data "
-                f"(the {protocol.module_of(op)} script alone needs {overhead} bytes)"
-            )
-        return protocol.blob_capacity(room)
-
-    def _fits(self, op: str, args: Mapping[str, Any], size: int) -> bool:
-        return size <= self._blob_capacity(op, args)
-
-    def _result_budget(self) -> int:
-        """Raw bytes a script may put in its result frame."""
-        budget = protocol.blob_capacity(self.max_output_bytes - OUTPUT_HEADROOM) - 1024
-        if budget < 4096:
-            raise errors.SandboxRuntimeError(
-                f"max_output_bytes={self.max_output_bytes} is too small for file operations (need 16 KiB)"
-            )
-        return budget
-
-    def _window(self, chunk_bytes: int) -> int:
-        """Chunks to keep in flight: ``transfer_concurrency``, fewer if that
-        many would hold more than ``IN_FLIGHT_BYTES``, but two in any case
-        (the sandbox works on one while the client takes in the other)."""
-        return max(1, min(self.transfer_concurrency, max(2, IN_FLIGHT_BYTES // max(chunk_bytes, 1))))
 
     # -- one round trip ------------------------------------------------------
 
@@ -281,10 +256,10 @@ class SandboxCore(SandboxHandle):
         (once: the script is then known to be missing)."""
         scripts = self._session()
         while True:
-            command, nonce = call.command(self.max_command_bytes, scripts)
+            command, nonce = call.command(self.limits, scripts)
             started = time.monotonic()
             try:
-                response = self.execute(command, timeout=call.timeout_or(self.operation_timeout))
+                response = self.execute(command, timeout=call.timeout_or(self.limits.operation_timeout))
             except Exception as exc:
                 _log_round_trip(call, command, started, exc)
                 raise self._provider_failure(call, exc) from exc
@@ -301,10 +276,12 @@ class SandboxCore(SandboxHandle):
             return await anyio.to_thread.run_sync(self._invoke, call, abandon_on_cancel=call.interruptible)
         scripts = self._session()
         while True:
-            command, nonce = call.command(self.max_command_bytes, scripts)
+            command, nonce = call.command(self.limits, scripts)
             started = time.monotonic()
             try:
-                response = await self.aexecute(command, timeout=call.timeout_or(self.operation_timeout))
+                response = await self.aexecute(
+                    command, timeout=call.timeout_or(self.limits.operation_timeout)
+                )
             except Exception as exc:
                 _log_round_trip(call, command, started, exc)
                 raise self._provider_failure(call, exc) from exc
@@ -351,7 +328,7 @@ class SandboxCore(SandboxHandle):
     def _run_pipeline(self, pipeline: Pipeline[Any]) -> None:
         """Keep the window full with worker threads. ``execute`` must therefore
         be thread-safe, as the default ``aexecute`` already requires; a
-        provider that is not sets ``transfer_concurrency = 1``.
+        provider that is not declares ``Limits(transfer_concurrency=1)``.
 
         After Ctrl-C (or any other non-``Exception``), the operation gets the
         interruption at once; calls already running finish in the background."""

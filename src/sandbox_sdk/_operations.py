@@ -221,7 +221,7 @@ class SandboxOperations(SandboxCore):
     ) -> Operation[RunResult]:
         """The hook behind ``run`` with callbacks and ``stream``: run
         ``command`` to its end, handing each piece of output to ``sink`` as it
-        arrives; the result holds the output too (up to ``max_output_bytes``)
+        arrives; the result holds the output too (up to ``limits.max_output_bytes``)
         unless ``keep_output`` is false (``stream`` needs only the exit). By
         default the command runs detached and is followed by long polls; a
         provider whose platform streams a command's output overrides this
@@ -229,7 +229,7 @@ class SandboxOperations(SandboxCore):
         what it started before the interruption goes on."""
         record = yield from spawn(self, command)
         try:
-            keep = self.max_output_bytes if keep_output else 0
+            keep = self.limits.max_output_bytes if keep_output else 0
             result = yield from Follower(self, record).to_end(sink, keep=keep)
         except BaseException as exc:
             if can_clean_up(exc):
@@ -246,7 +246,7 @@ class SandboxOperations(SandboxCore):
         entries: list[FileInfo] = []
         start: int | None = 0
         while start is not None:
-            args = {"path": encoded, "start": start, "budget": self._result_budget()}
+            args = {"path": encoded, "start": start, "budget": self.limits.result_budget}
             value, (packed,) = yield from LS(args, what=f"ls {os.fsdecode(path)!r}")
             entries.extend(listing(packed))
             start = value["next"]
@@ -267,7 +267,7 @@ class SandboxOperations(SandboxCore):
             "path": check_path(path),
             "offset": check_int("offset", offset, 0),
             "limit": None if limit is None else check_int("limit", limit, 1),
-            "budget": self._result_budget(),
+            "budget": self.limits.result_budget,
         }
         value, (content,) = yield from READ(args, what=f"read {os.fsdecode(path)!r}")
         return ReadResult(path=os.fsdecode(path), content=content.decode("utf-8"), **value)
@@ -291,7 +291,7 @@ class SandboxOperations(SandboxCore):
         data = to_bytes("content", content)
         encoded = check_path(path)
         args = {"path": encoded, "overwrite": check_flag("overwrite", overwrite), "token": new_token()}
-        if self._fits("write", args, len(data)):
+        if self.limits.fits(len(data), "write", args, self.scratch_dir):
             yield from WRITE(args, [data], what=f"write {os.fsdecode(path)!r}")
         else:
             yield from stage(self, encoded, io.BytesIO(data), overwrite=overwrite)
@@ -311,8 +311,9 @@ class SandboxOperations(SandboxCore):
             "token": new_token(),
         }
         what = f"edit {os.fsdecode(path)!r}"
-        if self._fits("edit", {**args, "old": 0, "new": 1}, len(texts["old"]) + len(texts["new"]) + 4):
-            value, _ = yield from EDIT({**args, "old": 0, "new": 1}, [texts["old"], texts["new"]], what=what)
+        inline = {**args, "old": 0, "new": 1}
+        if self.limits.fits(len(texts["old"]) + len(texts["new"]) + 4, "edit", inline, self.scratch_dir):
+            value, _ = yield from EDIT(inline, [texts["old"], texts["new"]], what=what)
             count = value["replacements"]
         else:  # too large for one command: both texts are staged first
             staged = {key: scratch_path(self, key) for key in texts}
@@ -344,7 +345,7 @@ class SandboxOperations(SandboxCore):
             "relative": path is None,
             "include_hidden": check_flag("include_hidden", include_hidden),
             "max_results": check_int("max_results", max_results, 1),
-            "budget": self._result_budget(),
+            "budget": self.limits.result_budget,
         }
         return glob_result(*(yield from GLOB(args, what=f"glob {pattern!r}")))
 
@@ -378,7 +379,7 @@ class SandboxOperations(SandboxCore):
             "ignore_case": check_flag("ignore_case", ignore_case),
             "max_matches": check_int("max_matches", max_matches, 1),
             "max_line_bytes": GREP_LINE_BYTES,
-            "budget": self._result_budget(),
+            "budget": self.limits.result_budget,
         }
         script = GREP(args, what=f"grep {pattern!r}")
         # GNU grep without an interpreter where it finds what the script would
@@ -551,25 +552,12 @@ def command_call(
     or, when too large for one, staged first."""
     program = _run_args(command)
     staged: list[str] = []
-    if not fits_one_command(sandbox, script, {**args, **program}):
+    if not sandbox.limits.fits_program(script.op, {**args, **program}, sandbox.scratch_dir):
         staged.append(scratch_path(sandbox, "program"))  # the script reads and removes it
         yield from stage(sandbox, staged[0], io.BytesIO(json.dumps(program).encode("ascii")))
         program = {"program": staged[0]}
     call = _command_call(sandbox, script, command, {**args, **program}, staged, timeout=timeout)
     return (yield from _consuming(call, staged))
-
-
-#: Bytes of a command left for stdin (and slack) before a program is staged.
-PROGRAM_ROOM = 4096
-
-
-def fits_one_command(sandbox: SandboxCore, script: Script[Any], args: Mapping[str, Any]) -> bool:
-    """Whether ``script`` with ``args`` (a program among them) leaves
-    ``PROGRAM_ROOM`` of one ``execute`` command: the one rule for "a program
-    too large for one command", which is staged (``command_call``) and never
-    streamed natively (``_streamed``)."""
-    overhead = protocol.command_overhead(script.op, args, sandbox.scratch_dir)
-    return overhead <= sandbox.max_command_bytes - PROGRAM_ROOM
 
 
 def _command_call(
@@ -586,7 +574,7 @@ def _command_call(
     what = script.op
     if command.stdin is None:
         return (yield from script.command(args, what=what, timeout=timeout))
-    if sandbox._fits(script.op, {**args, "stdin": 0}, len(command.stdin)):
+    if sandbox.limits.fits(len(command.stdin), script.op, {**args, "stdin": 0}, sandbox.scratch_dir):
         return (yield from script.command({**args, "stdin": 0}, [command.stdin], what=what, timeout=timeout))
     staged.append(scratch_path(sandbox, "stdin"))  # the script opens and removes it
     yield from stage(sandbox, staged[-1], io.BytesIO(command.stdin))
@@ -600,7 +588,7 @@ RUN_REPORT_SECONDS = 10.0
 
 def _run_foreground(sandbox: SandboxCore, command: Command) -> Operation[RunResult]:
     """``run`` in one round trip: the script captures both streams."""
-    args = {"budget": sandbox._result_budget(), "timeout": command.timeout}
+    args = {"budget": sandbox.limits.result_budget, "timeout": command.timeout}
     timeout = None if command.timeout is None else command.timeout + RUN_REPORT_SECONDS
     reply = yield from command_call(sandbox, RUN, command, args, timeout=timeout)
     if reply is None:  # the provider's own timeout cut the script short
@@ -644,7 +632,8 @@ def _streamed(
     larger than one ``execute`` command always take the derived path: the
     scripts run an argument vector without a shell (so a program that cannot
     be executed is a typed error on every provider) and stage a large one."""
-    native = command.argv is None and fits_one_command(sandbox, SPAWN, _run_args(command))
+    program = _run_args(command)
+    native = command.argv is None and sandbox.limits.fits_program(SPAWN.op, program, sandbox.scratch_dir)
     if native:
         return (yield from sandbox._stream_command(command, sink, keep_output=keep_output))
     return (yield from SandboxOperations._stream_command(sandbox, command, sink, keep_output=keep_output))

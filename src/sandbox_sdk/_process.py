@@ -5,7 +5,7 @@ from :class:`ProcessOperations`).
 
 A detached command (``start``, and ``run`` with callbacks) is followed by
 *long polls* (``remote/proc.py``'s ``follow``): a poll waits in the sandbox
-up to ``process_poll_wait`` seconds for new output or the exit, and returns
+up to ``limits.process_poll_wait`` seconds for new output or the exit, and returns
 as soon as either comes, after lingering a little to gather more. The linger
 starts short (a first byte is seen within about one round trip) and doubles
 while output keeps coming, up to ``process_linger_max``, so a chatty command
@@ -164,7 +164,8 @@ class Follower:
         self.sandbox = sandbox
         self.record = record
         self.pid = record.pid
-        self.linger = sandbox.process_linger_min
+        self.limits = sandbox.limits
+        self.linger = self.limits.process_linger_min
 
     def poll(self, since: int, wait: float) -> Operation[tuple[FollowReply, list[protocol.Blob]]]:
         args = {
@@ -172,15 +173,15 @@ class Follower:
             "since": since,
             "wait": wait,
             "linger": self.linger,
-            "budget": self.sandbox._result_budget(),
+            "budget": self.limits.result_budget,
         }
         what = f"follow process {self.pid}"
         reply = yield from FOLLOW(args, what=what, timeout=wait + CLEANUP_TIMEOUT, interruptible=True)
         value = reply[0]
         if value["order"] and value["exit_code"] is None:  # busy: gather more per round trip
-            self.linger = min(self.linger * 2, self.sandbox.process_linger_max)
+            self.linger = min(self.linger * 2, self.limits.process_linger_max)
         else:
-            self.linger = self.sandbox.process_linger_min
+            self.linger = self.limits.process_linger_min
         return reply
 
     def to_end(
@@ -192,7 +193,7 @@ class Follower:
         collected = Collected(keep)
         since = 0
         while True:
-            wait = self.sandbox.process_poll_wait
+            wait = self.limits.process_poll_wait
             if deadline is not None:
                 wait = min(wait, max(0.0, deadline - time.monotonic()))
             value, blobs = yield from self.poll(since, wait)
@@ -314,7 +315,7 @@ class ProcessOperations:
         seconds = check_timeout(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
         follower = Follower(self.sandbox, self._record)
-        return (yield from follower.to_end(None, deadline, keep=self.sandbox.max_output_bytes))
+        return (yield from follower.to_end(None, deadline, keep=self.sandbox.limits.max_output_bytes))
 
     def _op_kill(self, signal: int = SIGTERM) -> Operation[None]:
         """Send ``signal`` to the process's whole group. With SIGTERM (the

@@ -31,13 +31,15 @@ MAX_FAILED_LAUNCHES = 3
 @dataclass(frozen=True)
 class Plan:
     """What one command of a script carries, decided by :meth:`Session.plan`:
-    whether it leaves the script out (known installed), asks the operation
-    server first, starts one first, or (``installed=False``) ignores every
-    installed state."""
+    where the installed scripts are, whether it leaves the script out (known
+    installed), asks the operation server first (over the provider's
+    channel, if it has one), starts one first, or (``installed=False``)
+    ignores every installed state."""
 
-    scratch_dir: str
+    scripts_dir: str
     omit_script: bool = False
     served: bool = False
+    channel: bool = False
     launch: float | None = None
     installed: bool = True
 
@@ -45,6 +47,11 @@ class Plan:
 class Session:
     """What a client has learned of one scratch directory of one sandbox:
     which scripts are installed, and what the operation server did.
+
+    A provider that installs the scripts itself, read-only
+    (``BaseSandbox.installed_scripts``), has them all known from the start;
+    one with an operation channel (``BaseSandbox.operation_channel``) runs
+    the server itself, so no command ever starts one.
 
     ``known`` maps a module to ``True`` once a command that carried its
     script ran it (and so installed it, if it could), to ``False`` once an
@@ -59,6 +66,9 @@ class Session:
         self.scratch_dir = scratch_dir
         self.lock = threading.Lock()
         # The sandbox's settings, as they were at the latest call (see session_of).
+        self.scripts_dir = protocol.scripts_dir_in(scratch_dir)
+        self.preinstalled = False
+        self.channel = False
         self.server = True
         self.server_idle = 600.0
         self.reuse_state = True
@@ -79,14 +89,20 @@ class Session:
         :meth:`launch_dropped`."""
         with self.lock:
             if not self.reuse_state:
-                return Plan(self.scratch_dir, installed=False)
-            omit = self.known.get(module, seldom_run)
+                return Plan(self.scripts_dir, installed=False)
+            omit = self.known.get(module, seldom_run or self.preinstalled)
             served = self.server and not self.server_off and module not in protocol.UNSERVED
             launch = None
-            if served and self.server_wanted:
+            if served and self.server_wanted and not self.channel:
                 self.server_wanted = False
                 launch = self.server_idle
-            return Plan(self.scratch_dir, omit_script=omit, served=served, launch=launch)
+            return Plan(
+                self.scripts_dir,
+                omit_script=omit,
+                served=served,
+                channel=served and self.channel,
+                launch=launch,
+            )
 
     def launching(self, nonce: str) -> None:
         """The command with ``nonce`` carries the launch its plan reserved."""
@@ -131,7 +147,8 @@ def session_of(sandbox: Any) -> Session:
     ``scratch_dir``, made on its first call, with the sandbox's settings of
     now: ``operation_server``, ``operation_server_idle`` and
     ``reuse_sandbox_state`` (class attributes a provider or a user may
-    change at any time)."""
+    change at any time), and the provider's ``installed_scripts`` and
+    ``operation_channel``."""
     sessions: dict[str, Session] | None = vars(sandbox).get("_sessions")
     if sessions is None:
         with _MAKING:
@@ -140,7 +157,11 @@ def session_of(sandbox: Any) -> Session:
     if session is None:
         with _MAKING:
             session = sessions.setdefault(sandbox.scratch_dir, Session(sandbox.scratch_dir))
+    installed = sandbox.installed_scripts
     with session.lock:
+        session.preinstalled = installed is not None
+        session.scripts_dir = protocol.scripts_dir_in(session.scratch_dir) if installed is None else installed
+        session.channel = bool(sandbox.operation_channel)
         session.server = bool(sandbox.operation_server)
         session.server_idle = float(sandbox.operation_server_idle)
         session.reuse_state = bool(sandbox.reuse_sandbox_state)

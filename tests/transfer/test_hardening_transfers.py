@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -174,7 +175,7 @@ class CutShort(LimitedSandbox):
     call timed out part-way: the command is killed wherever it was."""
 
     def __init__(self, inner: LocalSandbox, seconds: float) -> None:
-        super().__init__(inner, max_command_bytes=inner.max_command_bytes, max_output_bytes=1 << 20)
+        super().__init__(inner, max_command_bytes=inner.limits.max_command_bytes, max_output_bytes=1 << 20)
         self.seconds = seconds
         self.cut = False
 
@@ -212,8 +213,10 @@ def test_a_batch_whose_reply_was_lost_reports_every_item_landed(local: LocalSand
 
 
 def test_a_batch_is_packed_by_the_files_its_timeout_leaves_time_to_write(local: LocalSandbox) -> None:
-    sandbox = LimitedSandbox(local, max_command_bytes=local.max_command_bytes, max_output_bytes=1 << 20)
-    sandbox.operation_timeout = 1.0
+    sandbox = LimitedSandbox(
+        local, max_command_bytes=local.limits.max_command_bytes, max_output_bytes=1 << 20
+    )
+    sandbox.limits = replace(sandbox.limits, operation_timeout=1.0)
     assert [r.error for r in sandbox.upload_files(tiny_files(100))] == [None] * 100
     assert sandbox.executed == 4  # 25 files a command: 20 ms each against half the timeout
 

@@ -8,6 +8,7 @@ import itertools
 import os
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -109,11 +110,11 @@ def large_round_trip(sandbox: LimitedSandbox, root: Path, tmp_path: Path, size: 
     [response] = sandbox.upload_files([("big/file.bin", source)])
     assert response.error is None
     uploads = sandbox.executed
-    assert uploads >= size // sandbox.max_command_bytes, "the upload must have been chunked"
+    assert uploads >= size // sandbox.limits.max_command_bytes, "the upload must have been chunked"
     assert file_sha256(root / "big" / "file.bin") == expected
     back = tmp_path / "back.bin"
     assert sandbox.download_file("big/file.bin", back) == size
-    assert sandbox.executed - uploads >= size // sandbox.max_output_bytes
+    assert sandbox.executed - uploads >= size // sandbox.limits.max_output_bytes
     assert file_sha256(back) == expected
 
 
@@ -289,7 +290,7 @@ def logged(root: Path, scratch: Path, path: str | None = None) -> CommandLog:
     env = {"PATH": path} if path is not None else None
     sandbox = CommandLog(root, env=env)
     sandbox.commands = []
-    sandbox.max_command_bytes = 96 * 1024
+    sandbox.limits = replace(sandbox.limits, max_command_bytes=96 * 1024)
     sandbox.scratch_dir = str(scratch)
     return sandbox
 
@@ -342,7 +343,7 @@ def test_a_failed_append_removes_the_staging_file_and_the_link(root: Path, tmp_p
 
     sandbox = Failing(root)
     sandbox.commands = []
-    sandbox.max_command_bytes = 96 * 1024
+    sandbox.limits = replace(sandbox.limits, max_command_bytes=96 * 1024)
     sandbox.scratch_dir = str(tmp_path)
     [response] = sandbox.upload_files([("gone.bin", os.urandom(1 << 20))])
     assert response.error is not None and "appending a chunk failed" in response.error

@@ -17,6 +17,7 @@ from sandbox_sdk.protocol import Blob, LazyBlob
 
 if TYPE_CHECKING:
     from sandbox_sdk._session import Session
+    from sandbox_sdk.limits import Limits
     from sandbox_sdk.remote._runtime import Empty, Entry
     from sandbox_sdk.remote.archive import CreateReply, ExtractReply
     from sandbox_sdk.remote.edit import EditedReply, EditReply
@@ -66,9 +67,9 @@ class Call(ABC, Generic[R]):
     interruptible: bool = False
 
     @abstractmethod
-    def command(self, max_bytes: int, scripts: Session) -> tuple[str, str]:
+    def command(self, limits: Limits, scripts: Session) -> tuple[str, str]:
         """The command to run and the nonce its result must carry; a script
-        command over ``max_bytes`` is refused before it is sent. A script is
+        command over ``limits.max_command_bytes`` is refused before it is sent. A script is
         installed in (and run from) the sandbox's scratch directory, and left
         out of the command once ``scripts`` knows it is there."""
 
@@ -82,7 +83,7 @@ class Call(ABC, Generic[R]):
         """The reply, from the command's response; or the error it reports."""
 
     def timeout_or(self, default: float) -> float | None:
-        """This call's timeout: its own, else ``default`` (``operation_timeout``)."""
+        """This call's timeout: its own, else ``default`` (``limits.operation_timeout``)."""
         return default if self.timeout is None else self.timeout
 
     def __iter__(self) -> Generator[Call[R], Any, R]:
@@ -115,7 +116,7 @@ class AppendCall(Call[None]):
     what: str
     timeout: float | None = None
 
-    def command(self, max_bytes: int, scripts: Session) -> tuple[str, str]:
+    def command(self, limits: Limits, scripts: Session) -> tuple[str, str]:
         nonce = secrets.token_hex(16)
         delimiter = f"SBX_{nonce}"
         seek = self.offset // APPEND_BLOCK
@@ -126,8 +127,10 @@ class AppendCall(Call[None]):
             f" && echo {APPENDED_MARKER} {nonce}\n"
             f"{text}\n{delimiter}\n"
         )
-        if len(command) > max_bytes:
-            raise errors.SandboxRuntimeError(f"{self.what}: append of {len(command)} bytes > {max_bytes}")
+        if len(command) > limits.max_command_bytes:
+            raise errors.SandboxRuntimeError(
+                f"{self.what}: append of {len(command)} bytes > {limits.max_command_bytes}"
+            )
         return command, nonce
 
     def decode(self, response: ExecuteResponse, nonce: str) -> None:
@@ -156,7 +159,7 @@ class _ScriptedCall(Call[R]):
         """The arguments as the script reads them."""
         return {"op": self.op, **self.args}
 
-    def command(self, max_bytes: int, scripts: Session, *, seldom_run: bool = False) -> tuple[str, str]:
+    def command(self, limits: Limits, scripts: Session, *, seldom_run: bool = False) -> tuple[str, str]:
         """The command and its nonce; ``seldom_run``: the command runs the
         script only now and then (a shell grep's fallback), so it leaves the
         script out until it is known missing (see ``Session.plan``)."""
@@ -167,23 +170,24 @@ class _ScriptedCall(Call[R]):
             module,
             self.payload,
             self.blobs,
-            scratch_dir=plan.scratch_dir,
+            scripts_dir=plan.scripts_dir,
             omit_script=plan.omit_script,
             served=plan.served,
+            channel=plan.channel,
             installed=plan.installed,
         )
         command, nonce = build(launch=plan.launch)
         if plan.launch is not None:
-            if protocol.command_bytes(command) <= max_bytes:
+            if protocol.command_bytes(command) <= limits.max_command_bytes:
                 scripts.launching(nonce)
             else:  # left to a later command with room for it
                 scripts.launch_dropped()
                 command, nonce = build()
         size = protocol.command_bytes(command)
-        if size > max_bytes:
+        if size > limits.max_command_bytes:
             raise errors.SandboxRuntimeError(
                 f"{self.what}: command of {size} bytes exceeds max_command_bytes="
-                f"{max_bytes} (please report: operations should stage large data)"
+                f"{limits.max_command_bytes} (please report: operations should stage large data)"
             )
         return command, nonce
 

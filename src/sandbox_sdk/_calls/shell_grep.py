@@ -16,6 +16,7 @@ from sandbox_sdk.remote.grep import Search, line_matcher
 
 if TYPE_CHECKING:
     from sandbox_sdk._session import Session
+    from sandbox_sdk.limits import Limits
     from sandbox_sdk.remote.grep import GrepReply
 
 
@@ -139,11 +140,11 @@ class ShellGrepCall(Call["GrepResult | None"]):
         one_line = b"\n" not in pattern and b"\0" not in pattern and not pattern.endswith(b"\r")
         return one_line and plain_glob and plain_names and outside and small and root != b"-"
 
-    def command(self, max_bytes: int, scripts: Session) -> tuple[str, str]:
+    def command(self, limits: Limits, scripts: Session) -> tuple[str, str]:
         # The script runs only when grep cannot answer: the command leaves it
         # out (8 KB less for bash to take: ~0.5 ms of a 10 ms grep) unless it
         # is known missing; a fallback that finds none is sent again in full.
-        script, nonce = self.script.command(max_bytes, scripts, seldom_run=True)
+        script, nonce = self.script.command(limits, scripts, seldom_run=True)
         excluded = {f"x{i}": name for i, name in enumerate(self.exclude_dirs)}
         values = {"p": self.pattern, "r": self.root, "g": self.glob, **excluded}
         assign = "; ".join(f"printf -v {k} '{printf_escapes(v)}'" for k, v in values.items() if v is not None)
@@ -177,8 +178,10 @@ class ShellGrepCall(Call["GrepResult | None"]):
             f" printf '\\n%s %s\\n' {SHELL_GREP_FALLBACK_MARKER} {nonce}\n{script}"
         )
         size = protocol.command_bytes(command)
-        if size > max_bytes:
-            raise errors.SandboxRuntimeError(f"{self.what}: command of {size} bytes > {max_bytes}")
+        if size > limits.max_command_bytes:
+            raise errors.SandboxRuntimeError(
+                f"{self.what}: command of {size} bytes > {limits.max_command_bytes}"
+            )
         return command, nonce
 
     def resend(self, scripts: Session, response: ExecuteResponse, nonce: str) -> bool:

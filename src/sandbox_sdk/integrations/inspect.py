@@ -245,7 +245,9 @@ def exec_result(response: RunResult, sandbox: BaseSandbox, timeout: int | None) 
     if response.exit_code is None:
         raise SandboxUnavailableError(f"sandbox {sandbox.id}: the command did not finish")
     if response.truncated:
-        raise OutputLimitExceededError(f"{sandbox.max_output_bytes} bytes (the sandbox's)", response.output)
+        raise OutputLimitExceededError(
+            f"{sandbox.limits.max_output_bytes} bytes (the sandbox's)", response.output
+        )
     if (
         len(response.output.encode("utf-8", "surrogateescape"))
         > SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE

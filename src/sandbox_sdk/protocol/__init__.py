@@ -26,6 +26,8 @@ the operation server's request). Every public name is here too.
 from __future__ import annotations
 
 from sandbox_sdk.protocol.command import (
+    CHANNEL_FD,
+    CHANNEL_REQUEST,
     DECLINED,
     NO_SERVER,
     PYTHON,
@@ -33,7 +35,6 @@ from sandbox_sdk.protocol.command import (
     STALLED,
     UNSERVED,
     UNSERVED_MARKER,
-    blob_capacity,
     build_command,
     command_bytes,
     command_overhead,
@@ -65,12 +66,15 @@ from sandbox_sdk.protocol.shipping import (
     Shipped,
     module_of,
     modules_by_op,
+    scripts_dir_in,
     shipped,
     shipped_source,
 )
 
 __all__ = [
     "BOOTSTRAP",
+    "CHANNEL_FD",
+    "CHANNEL_REQUEST",
     "DECLINED",
     "DECODE_PIECE_CHARS",
     "ERROR_TYPES",
@@ -92,7 +96,6 @@ __all__ = [
     "ExitCode",
     "LazyBlob",
     "Shipped",
-    "blob_capacity",
     "build_command",
     "command_bytes",
     "command_overhead",
@@ -103,6 +106,7 @@ __all__ = [
     "module_of",
     "modules_by_op",
     "parse_result",
+    "scripts_dir_in",
     "server_request",
     "shipped",
     "shipped_source",

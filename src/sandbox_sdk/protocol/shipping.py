@@ -12,6 +12,7 @@ import binascii
 import hashlib
 import importlib
 import pkgutil
+import posixpath
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -62,18 +63,27 @@ def shipped_source(module: str) -> str:
 #: (``%d`` is the uid, as the runtime's ``LOCK_DIR``).
 SCRIPTS_DIR = ".sbx-scripts-%d"
 
+
+def scripts_dir_in(scratch_dir: str) -> str:
+    """Where the SDK installs its scripts in ``scratch_dir``: a path whose
+    final ``%d`` the sandbox's uid replaces (:data:`BOOTSTRAP`)."""
+    return posixpath.join(scratch_dir, SCRIPTS_DIR)
+
+
 #: The bootstrap (``python3 -c``): run the installed script, loaded from its
 #: file by CPython's own source loader (which caches its bytecode in
 #: ``__pycache__``), if its CRC-32 is the one in the command and its
 #: directory is the user's own, writable by no one else; otherwise run
 #: :data:`INSTALL`, compiled only then. The directory is never put on
 #: ``sys.path``: what the script imports comes from the standard library
-#: only, never from a module planted beside it. Arguments: scratch_dir,
-#: module name, CRC-32, :data:`INSTALL`, packed source.
-BOOTSTRAP = f"""\
+#: only, never from a module planted beside it. Arguments: the scripts
+#: directory (a final ``%d`` is the uid: :func:`scripts_dir_in`; a provider's
+#: own read-only directory has none), module name, CRC-32, :data:`INSTALL`,
+#: packed source.
+BOOTSTRAP = """\
 import sys,posix
-r,n,c=sys.argv[1:4]
-d=r+"/{SCRIPTS_DIR}"%posix.getuid()
+d,n,c=sys.argv[1:4]
+if d[-2:]=="%d":d=d[:-2]+str(posix.getuid())
 p=d+"/"+n+".py"
 def own():
  try:s=posix.lstat(d)

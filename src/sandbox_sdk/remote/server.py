@@ -79,7 +79,9 @@ def serve(args: Args, blobs: Blobs) -> Tuple[Served, Blobs]:
     import fcntl
     import socket
 
-    scripts = path_arg(args, "scratch") + b"/" + (args["dir"] % posix.getuid()).encode("ascii")
+    scripts = path_arg(args, "dir")
+    if scripts.endswith(b"%d"):  # as the bootstrap's (protocol.scripts_dir_in)
+        scripts = scripts[:-2] + b"%d" % posix.getuid()
     base = scripts + b"/" + path_arg(args, "name")
     if not users_own(posix.lstat(scripts)):
         raise Fail("PERMISSION_DENIED", "the scripts directory is not the user's own", scripts)
@@ -115,6 +117,30 @@ def serve(args: Args, blobs: Blobs) -> Tuple[Served, Blobs]:
         Server(scripts, port_file, (token, proof), (listener, lock), float(args["idle"])).run()
     finally:
         posix._exit(0)
+
+
+def serve_channel(control: int, scripts: bytes, cpu_seconds: Optional[int]) -> None:
+    """The server of a provider's operation channel (bwrap's jail: its
+    PID 1 forks this, the jail's first process after it): it runs until its
+    provider's end of ``control`` closes, and takes connections the provider
+    made and sends over ``control`` (``SCM_RIGHTS``), one a message, rather
+    than from a listener anyone can reach: no port file, no token. Scripts
+    come from ``scripts``, the provider's read-only directory. Each worker
+    takes the CPU limit each command gets (``cpu_seconds``), so that it has
+    the rights of the command it serves, as ``Credentials`` requires."""
+    import socket
+
+    try:
+        posix.setsid()
+        detach(keep=(control,))
+        channel = socket.socket(fileno=control)
+        Server(scripts, None, (None, posix.urandom(16).hex()), (channel, -1), float("inf"), cpu_seconds).run()
+    finally:
+        posix._exit(0)
+
+
+#: Keeps :func:`serve_channel`, which no script's ``OPS`` names, in the shipped script.
+CHANNEL_SERVER = serve_channel
 
 
 def users_own(st: posix.stat_result) -> bool:
@@ -159,13 +185,24 @@ class Server:
     that one works."""
 
     def __init__(
-        self, scripts: bytes, port_file: bytes, secrets: Tuple[str, str], held: Tuple[Any, int], idle: float
+        self,
+        scripts: bytes,
+        port_file: Optional[bytes],
+        secrets: Tuple[Optional[str], str],
+        held: Tuple[Any, int],
+        idle: float,
+        cpu_seconds: Optional[int] = None,
     ) -> None:
         self.scripts = scripts
-        self.port_file = port_file
-        self.token, self.proof = secrets  # what bash sends, and what the server sends first
-        self.listener, self.lock = held  # the listening socket, and the lock that makes it the one server
+        self.port_file = port_file  # None: connections come over a provider's channel (serve_channel)
+        self.token, self.proof = (
+            secrets  # what bash sends (no token on a channel), and what the server sends first
+        )
+        self.listener, self.lock = (
+            held  # the listening socket (or channel), and the lock that makes it the one server
+        )
         self.idle = idle
+        self.cpu_seconds = cpu_seconds
         self.compiled: Dict[bytes, Script] = {}  # by installed script name
         self.scanned: Optional[Tuple[int, int]] = None  # the scripts directory's (inode, mtime) when read
         self.own = Credentials(b"/proc/self")
@@ -196,13 +233,16 @@ class Server:
                     gc.freeze()
                     held = False
                 while len(self.spares) < SPARES:
-                    self.spares.add(self.fork_spare(taken, told))
+                    try:
+                        self.spares.add(self.fork_spare(taken, told))
+                    except OSError:  # no process to be had (the sandbox's limit): the next tick tries again
+                        break
                 if self.took(taken, TICK_SECONDS):
                     last = time.monotonic()
                 elif time.monotonic() - last > self.idle or not self.named():
                     break
         finally:  # the spares leave with the server (the lifeline's end)
-            if self.named():
+            if self.port_file is not None and self.named():
                 try:  # noqa: SIM105 - as above
                     posix.unlink(self.port_file)
                 except OSError:
@@ -224,11 +264,16 @@ class Server:
             return pid
         try:  # a spare: one connection, then it ends
             posix.close(taken)
-            posix.close(self.lock)  # a worker that outlives the server holds no lock
+            if self.lock >= 0:
+                posix.close(self.lock)  # a worker that outlives the server holds no lock
             posix.close(self.lifeline_write)
+            if self.cpu_seconds is not None:
+                import resource
+
+                resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_seconds, self.cpu_seconds))
             # The checks a request makes, made once on this process: the pages
             # they write are copied from the server's now, not while bash waits.
-            Credentials(b"/proc/self")
+            self.own = Credentials(b"/proc/self")
             read_or_empty(b"/proc/self/environ")
             conn = self.accept()
             if conn is not None:
@@ -240,9 +285,9 @@ class Server:
             posix._exit(0)
 
     def accept(self) -> Any:
-        """The next connection; ``None`` once the server is gone. (The
-        listener is non-blocking: another spare may take a connection
-        both were woken for.)"""
+        """The next connection, from the listener or the channel; ``None``
+        once the server is gone. (Non-blocking: another spare may take a
+        connection both were woken for.)"""
         import select
 
         self.listener.setblocking(False)
@@ -251,16 +296,35 @@ class Server:
             if self.lifeline in ready:
                 return None
             try:
-                conn, _ = self.listener.accept()
+                conn = self.listener.accept()[0] if self.port_file is not None else self.handed_over()
             except BlockingIOError:
                 continue
+            if conn is None:  # the provider's end of the channel closed
+                return None
             conn.setblocking(True)
             return conn
+
+    def handed_over(self) -> Any:
+        """A connection the provider sent over the channel; ``None`` once it closed."""
+        import array
+        import socket
+
+        data, ancdata, _flags, _addr = self.listener.recvmsg(1, socket.CMSG_SPACE(4))
+        if not data:
+            return None
+        fds = array.array("i")
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[: len(payload) - len(payload) % 4])
+        return socket.socket(fileno=fds[0]) if fds else self.handed_over()
 
     def named(self) -> bool:
         """Whether the port file still names this server (else another one
         replaced it, or the directory is gone). Opened without following a
-        link or blocking: a FIFO put in its place is not this server's."""
+        link or blocking: a FIFO put in its place is not this server's. A
+        channel's server has no file."""
+        if self.port_file is None or self.token is None:
+            return True
         try:
             fd = posix.open(self.port_file, posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK)
         except OSError:
@@ -434,9 +498,11 @@ class Worker:
         except OSError:
             return
         request = self.line().split()
-        if len(request) != 4 or not self.authentic(request[0]):
+        if self.server.token is not None and not (request and self.authentic(request.pop(0))):
             return
-        admitted = self.admit(int(request[1]), request[2], int(request[3]))
+        if len(request) != 3:
+            return
+        admitted = self.admit(int(request[0]), request[1], int(request[2]))
         if admitted is None:
             self.conn.sendall(b"-\n")
             return
@@ -466,6 +532,7 @@ class Worker:
     def authentic(self, token: bytes) -> bool:
         import hmac
 
+        assert self.server.token is not None
         return hmac.compare_digest(token, self.server.token.encode("ascii"))
 
     def admit(

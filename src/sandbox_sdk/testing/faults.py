@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import errno
 import threading
+from dataclasses import replace
 
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
@@ -25,9 +26,9 @@ class LimitedSandbox(BaseSandbox):
 
     def __init__(self, inner: BaseSandbox, *, max_command_bytes: int, max_output_bytes: int) -> None:
         self.inner = inner
-        self.max_command_bytes = max_command_bytes
-        self.max_output_bytes = max_output_bytes
-        self.operation_timeout = inner.operation_timeout
+        self.limits = replace(
+            inner.limits, max_command_bytes=max_command_bytes, max_output_bytes=max_output_bytes
+        )
         self.executed = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -49,10 +50,10 @@ class LimitedSandbox(BaseSandbox):
 
     def _run(self, command: str, timeout: float | None) -> ExecuteResponse:
         size = len(command.encode("utf-8"))
-        if size > self.max_command_bytes:
+        if size > self.limits.max_command_bytes:
             raise OSError(
                 errno.E2BIG,
-                f"Argument list too long: {size} bytes > max_command_bytes={self.max_command_bytes}",
+                f"Argument list too long: {size} bytes > max_command_bytes={self.limits.max_command_bytes}",
             )
         with self._lock:
             self.in_flight += 1
@@ -66,9 +67,9 @@ class LimitedSandbox(BaseSandbox):
     def cap(self, response: ExecuteResponse) -> ExecuteResponse:
         """Cut the output at ``max_output_bytes`` (on a UTF-8 boundary) and flag it."""
         raw = response.output.encode("utf-8", "surrogateescape")
-        if len(raw) <= self.max_output_bytes:
+        if len(raw) <= self.limits.max_output_bytes:
             return response
-        kept = raw[: self.max_output_bytes].decode("utf-8", "ignore")
+        kept = raw[: self.limits.max_output_bytes].decode("utf-8", "ignore")
         return response.model_copy(update={"output": kept, "truncated": True})
 
 

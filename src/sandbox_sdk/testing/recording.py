@@ -20,8 +20,7 @@ class RecordingSandbox(BaseSandbox):
 
     def __init__(self, inner: BaseSandbox) -> None:
         self.inner = inner
-        self.max_command_bytes = inner.max_command_bytes
-        self.max_output_bytes = inner.max_output_bytes
+        self.limits = inner.limits
         self.trips: list[RoundTrip] = []
 
     @property

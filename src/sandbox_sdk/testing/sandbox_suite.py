@@ -167,20 +167,20 @@ class SandboxConformanceTests(SandboxSuite):
         self._assert_killed(sandbox, pid_file, began=False)  # the background child too
 
     def test_large_output(self, sandbox: BaseSandbox) -> None:
-        size = min(200_000, sandbox.max_output_bytes)
+        size = min(200_000, sandbox.limits.max_output_bytes)
         response = sandbox.execute(f"head -c {size} /dev/zero | tr '\\0' a")
         assert response.output == "a" * size
         assert not response.truncated
 
     def test_output_over_cap_is_flagged(self, sandbox: BaseSandbox) -> None:
-        size = sandbox.max_output_bytes + 100_000
+        size = sandbox.limits.max_output_bytes + 100_000
         response = sandbox.execute(f"head -c {size} /dev/zero | tr '\\0' b")
         assert response.truncated
-        assert 0 < len(response.output) <= sandbox.max_output_bytes
+        assert 0 < len(response.output) <= sandbox.limits.max_output_bytes
 
     def test_command_near_max_command_bytes(self, sandbox: BaseSandbox) -> None:
         tail = "; echo near-limit-ok"
-        padding = ":" + " x" * ((sandbox.max_command_bytes - len(tail) - 1024) // 2)
+        padding = ":" + " x" * ((sandbox.limits.max_command_bytes - len(tail) - 1024) // 2)
         response = sandbox.execute(padding + tail)
         assert response.exit_code == 0
         assert "near-limit-ok" in response.output
@@ -202,7 +202,7 @@ class SandboxConformanceTests(SandboxSuite):
         assert lines[2] == data[:32].hex()
 
     def test_run_with_stdin_larger_than_a_command(self, sandbox: BaseSandbox) -> None:
-        data = os.urandom(sandbox.max_command_bytes * 2 + 17)
+        data = os.urandom(sandbox.limits.max_command_bytes * 2 + 17)
         response = sandbox.run("sha256sum | cut -c1-64", stdin=data)
         assert response.output.strip() == hashlib.sha256(data).hexdigest()
 
@@ -298,7 +298,7 @@ class SandboxConformanceTests(SandboxSuite):
             sandbox.write(self.p(workdir, "file", "child"), "y")
 
     def test_write_larger_than_one_command_is_staged(self, sandbox: BaseSandbox, workdir: str) -> None:
-        content = os.urandom(sandbox.max_command_bytes * 3 + 1)
+        content = os.urandom(sandbox.limits.max_command_bytes * 3 + 1)
         path = self.p(workdir, "big.bin")
         sandbox.write(path, content)
         assert sandbox.read_bytes(path) == content
@@ -390,9 +390,9 @@ class SandboxConformanceTests(SandboxSuite):
 
     def test_edit_with_texts_larger_than_one_command(self, sandbox: BaseSandbox, workdir: str) -> None:
         path = self.p(workdir, "big.txt")
-        old = "o" * sandbox.max_command_bytes
+        old = "o" * sandbox.limits.max_command_bytes
         sandbox.write(path, "head\n" + old + "\ntail\n")
-        new = "n" * (sandbox.max_command_bytes + 5)
+        new = "n" * (sandbox.limits.max_command_bytes + 5)
         sandbox.edit(path, old, new)
         assert sandbox.read(path).content == "head\n" + new + "\ntail\n"
         assert [e.name for e in sandbox.ls(workdir)] == ["big.txt"]
@@ -643,7 +643,7 @@ class SandboxConformanceTests(SandboxSuite):
         text = f"first line\nfirst\0line\n{long}\n".encode()
         sandbox.write(self.p(workdir, "f.txt"), b"a" * 9000 + b"\n" + text)  # a NUL past 8 KiB: text
         for pattern, number in (("first\0line", 3), (long, 4)):
-            if len(pattern) * 4 // 3 > sandbox.max_command_bytes:
+            if len(pattern) * 4 // 3 > sandbox.limits.max_command_bytes:
                 with pytest.raises(errors.SandboxRuntimeError, match="max_command_bytes"):
                     sandbox.grep(pattern, workdir)
                 continue
@@ -704,6 +704,8 @@ class SandboxConformanceTests(SandboxSuite):
         """The first command of a script installs it in ``scratch_dir``
         (docs/protocol.md); later ones import it, its bytecode cached, and a
         damaged or deleted copy is replaced, never run."""
+        if sandbox.installed_scripts is not None:
+            pytest.skip(f"{type(sandbox).__name__} installs the scripts itself (the test below)")
         home = sandbox.execute(f"cd {shlex.quote(workdir)} && pwd").output.splitlines()[-1]
         uid = int(sandbox.execute("id -u").output.split()[-1])
         scripts = posixpath.join(home, "scratch", protocol.SCRIPTS_DIR % uid)
@@ -726,6 +728,31 @@ class SandboxConformanceTests(SandboxSuite):
                 assert sandbox.read(installed).content == protocol.shipped_source("ls")
         finally:
             sandbox.scratch_dir = saved
+
+    def test_a_providers_own_scripts_are_out_of_its_commands_reach(
+        self, sandbox: BaseSandbox, workdir: str
+    ) -> None:
+        """A provider that installs the scripts itself (``installed_scripts``)
+        has them read-only to every command (docs/security.md): no command
+        can change, remove or add to what file operations run."""
+        if sandbox.installed_scripts is None:
+            pytest.skip(f"the SDK installs {type(sandbox).__name__}'s scripts (the test above)")
+        name = protocol.shipped("ls").name
+        installed = posixpath.join(sandbox.installed_scripts, f"{name}.py")
+        assert sandbox.read(installed).content == protocol.shipped_source("ls")
+        file, folder = shlex.quote(installed), shlex.quote(sandbox.installed_scripts)
+        for damage in [
+            f"echo junk >> {file}",
+            f": > {file}",
+            f"rm -rf {folder}",
+            f"echo 'raise SystemExit(3)' > {folder}/_json.py",
+            f"mv {folder} {folder}.old",
+            f"chmod 777 {folder}",
+        ]:
+            assert sandbox.execute(damage).exit_code != 0, damage
+        assert sandbox.read(installed).content == protocol.shipped_source("ls")
+        assert [entry.path for entry in sandbox.ls(sandbox.installed_scripts) if "_json" in entry.path] == []
+        assert sandbox.stat(workdir).type == "dir"
 
     def test_the_operation_server_serves_file_operations(
         self, sandbox: BaseSandbox, workdir: str, monkeypatch: pytest.MonkeyPatch
@@ -771,7 +798,7 @@ class SandboxConformanceTests(SandboxSuite):
         await sandbox.adelete(path)
         with pytest.raises(FileNotFoundError):
             await sandbox.aread(path)
-        big = os.urandom(sandbox.max_command_bytes * 2)
+        big = os.urandom(sandbox.limits.max_command_bytes * 2)
         await sandbox.awrite(self.p(workdir, "big"), big)
         assert await sandbox.aread_bytes(self.p(workdir, "big")) == big
 
@@ -826,7 +853,7 @@ class SandboxConformanceTests(SandboxSuite):
         assert ended - arrivals[0][0] > 2.5  # the first line came while the command slept
 
     def test_run_with_a_callback_and_stdin_larger_than_a_command(self, sandbox: BaseSandbox) -> None:
-        data = os.urandom(sandbox.max_command_bytes * 2 + 17)
+        data = os.urandom(sandbox.limits.max_command_bytes * 2 + 17)
         result = sandbox.run("sha256sum | cut -c1-64", stdin=data, on_stdout=lambda text: None)
         assert result.stdout.strip() == hashlib.sha256(data).hexdigest()
 

@@ -15,6 +15,7 @@ from typing import Any
 from sandbox_sdk import errors, protocol
 from sandbox_sdk._calls import GET_MANY, PUT_MANY, SETTLE_MANY
 from sandbox_sdk._core import CLEANUP_TIMEOUT, Operation, SandboxCore, check_path, new_token
+from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.transfer._download import download
 from sandbox_sdk.transfer._results import malformed_reply, transfer_error
@@ -45,10 +46,9 @@ class _Packer:
     """Collects small files for one ``put_many`` command within the budget:
     the command's bytes, and the files its timeout leaves time to write."""
 
-    def __init__(self, max_command_bytes: int, timeout: float, scratch_dir: str) -> None:
-        overhead = protocol.command_overhead("put_many", put_many_args([]), scratch_dir)
-        self.room = max_command_bytes - overhead
-        self.max_items = max(1, int(timeout / 2 / SECONDS_PER_FILE))
+    def __init__(self, limits: Limits, scratch_dir: str) -> None:
+        self.room = limits.room("put_many", put_many_args([]), scratch_dir)
+        self.max_items = max(1, int(limits.operation_timeout / 2 / SECONDS_PER_FILE))
         self.used = 0
         self.items: list[Packed] = []
 
@@ -88,7 +88,7 @@ class _Uploads:
     def __init__(self, sandbox: SandboxCore, files: Sequence[tuple[str, UploadSource]]) -> None:
         self.files = files
         self.results: list[FileUploadResponse | None] = [None] * len(files)
-        self.packer = _Packer(sandbox.max_command_bytes, sandbox.operation_timeout, sandbox.scratch_dir)
+        self.packer = _Packer(sandbox.limits, sandbox.scratch_dir)
         self.tally = Tally(None)
 
     def open(self, index: int) -> OpenedUpload | None:
@@ -257,7 +257,7 @@ def download_files(
     downloads = _Downloads(paths, progress)
     pending = downloads.checked()
     while pending:
-        group = _fit_paths(pending, sandbox.max_command_bytes // 2)
+        group = _fit_paths(pending, sandbox.limits.max_command_bytes // 2)
         answered = yield from _get_many(sandbox, downloads, group)
         pending = pending[answered:]
     return downloads.responses()
@@ -266,7 +266,7 @@ def download_files(
 def _get_many(sandbox: SandboxCore, downloads: _Downloads, group: list[tuple[int, str]]) -> Operation[int]:
     """One ``get_many`` for ``group``; returns how many of its paths it answered
     (a prefix: the rest did not fit in the output)."""
-    args = {"paths": [encoded for _, encoded in group], "budget": sandbox._result_budget()}
+    args = {"paths": [encoded for _, encoded in group], "budget": sandbox.limits.result_budget}
     try:
         value, blobs = yield from GET_MANY(args, what="download")
         items = _get_many_items(value, len(group), len(blobs))

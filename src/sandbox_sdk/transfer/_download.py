@@ -86,7 +86,7 @@ def download(
 ) -> Operation[int]:
     """Copy the remote file ``path`` (payload-encoded) into ``sink``; returns its size.
     A file over ``max_size`` is refused before any of it is read."""
-    chunk_bytes = sandbox._result_budget()
+    chunk_bytes = sandbox.limits.result_budget
     args = {"path": path, "length": chunk_bytes}
     value, blobs = yield from READ_CHUNK.lazy({**args, "offset": 0, "max_size": max_size}, what=what)
     size = value.get("size") if isinstance(value, dict) else None
@@ -101,7 +101,7 @@ def download(
     if starts:
         last = starts[-1]
         calls = (READ_CHUNK({**args, "offset": at, "digest": at == last}, what=what) for at in starts)
-        window = sandbox._window(chunk_bytes)
+        window = sandbox.limits.window(chunk_bytes)
         yield Pipeline(calls, transfer.take_reply, window, meanwhile=transfer.take_first)
     else:
         transfer.take_first()

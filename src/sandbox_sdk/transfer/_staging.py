@@ -85,7 +85,7 @@ class Staging:
         """The largest chunk whose call, the final one included, fits in a command."""
         link, final = protocol.encode_path(self.link), {"size": 1 << 60, "sha256": "0" * 64}
         largest = {**self._args(1 << 60), "gzip": True, "link": link, "final": final}
-        return sandbox._blob_capacity("stage", largest)
+        return sandbox.limits.blob_capacity("stage", largest, sandbox.scratch_dir)
 
     def _args(self, offset: int) -> dict[str, Any]:
         return {"path": self.dest, "token": self.token, "overwrite": self.overwrite, "offset": offset}
@@ -194,7 +194,7 @@ def stage(
         if not chunk[2]:
             # The first chunk creates the staging file: it goes alone.
             staging.started((yield from staging.call(chunk[0], chunk[1])))
-            window = sandbox._window(chunk_bytes)
+            window = sandbox.limits.window(chunk_bytes)
             yield Pipeline(staging.calls_before_last(chunks), staging.acknowledge, window)
             chunk = staging.last_chunk
         yield from staging.commit(chunk)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_sdk import errors
-from sandbox_sdk.providers.bwrap import BwrapProvider, BwrapSandbox, ResourceLimits
+from sandbox_sdk.providers.bwrap import BwrapProvider, BwrapSandbox, ResourceLimits, _jail
 from tests.providers.host_state import deleting_all
 
 MiB = 1024 * 1024
@@ -54,11 +54,14 @@ def test_no_process_shows_a_host_path(jails: BwrapProvider, tmp_path: Path) -> N
 
 def test_mountinfo_shows_the_sandboxs_own_directories_only(jails: BwrapProvider, tmp_path: Path) -> None:
     """bwrap cannot hide where a bind mount comes from: the host paths of the
-    workspace and tmp directory show (docs/bwrap.md says so), no other."""
+    workspace, the tmp directory and the SDK's scripts, which the host
+    installs beside the jail's other state, show (docs/bwrap.md says so), no
+    other."""
     sandbox = jails.create()
     mounts = sandbox.execute("cat /proc/self/mountinfo").output.splitlines()
     host_paths = {line.split()[3] for line in mounts if str(tmp_path) in line}
-    assert host_paths == {str(sandbox.workspace), str(sandbox.tmp_dir)}
+    scripts = sandbox.jail.directory / _jail.SCRIPTS_DIR
+    assert host_paths == {str(sandbox.workspace), str(sandbox.tmp_dir), str(scripts)}
 
 
 def test_a_nul_in_the_environment_cannot_smuggle_bwrap_options(tmp_path: Path) -> None:

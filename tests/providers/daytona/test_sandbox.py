@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import anyio.to_thread
 import pytest
@@ -85,7 +86,7 @@ def test_invalid_timeouts_are_rejected(sandbox: DaytonaSandbox, timeout: float) 
 
 def test_output_cap_cuts_on_a_character_boundary(provider: DaytonaProvider) -> None:
     sandbox = provider.create()
-    sandbox.max_output_bytes = 5
+    sandbox.limits = replace(sandbox.limits, max_output_bytes=5)
     response = sandbox.execute("printf 'ab\\303\\251\\303\\251'")  # "abéé": 6 bytes
     assert (response.output, response.truncated) == ("abé", True)
     provider.delete(sandbox_id=sandbox.id)

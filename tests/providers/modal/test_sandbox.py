@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from functools import partial
 
 import anyio
@@ -71,7 +72,7 @@ class TestModalSandboxAsyncApi(SandboxConformanceTests):
     def sandbox(cls, modal_provider: ModalProvider) -> Iterator[ModalSandbox]:
         created = modal_provider.create(labels={"suite": "conformance-async"})
         yield _AsyncDrivenSandbox(
-            created.sandbox, timeout=created.timeout, max_output_bytes=created.max_output_bytes
+            created.sandbox, timeout=created.timeout, max_output_bytes=created.limits.max_output_bytes
         )
         modal_provider.delete(sandbox_id=created.id)
 
@@ -142,7 +143,7 @@ def test_fractional_timeouts_round_up_and_bad_ones_are_refused(sandbox: ModalSan
 
 def test_output_cap_and_order_of_merged_streams(provider: ModalProvider) -> None:
     sandbox = provider.create()
-    sandbox.max_output_bytes = 1000
+    sandbox.limits = replace(sandbox.limits, max_output_bytes=1000)
     response = sandbox.execute("for i in 1 2 3; do echo out$i; echo err$i >&2; done; head -c 5000 /dev/zero")
     assert response.truncated
     assert response.output.startswith("out1\nerr1\nout2\nerr2\nout3\nerr3\n")
@@ -155,9 +156,9 @@ def test_commands_get_empty_stdin(sandbox: ModalSandbox) -> None:
 
 
 def test_command_over_modal_argument_cap_is_refused_before_sending(sandbox: ModalSandbox) -> None:
-    assert sandbox.max_command_bytes < 64 * 1024
+    assert sandbox.limits.max_command_bytes < 64 * 1024
     with pytest.raises(errors.InvalidArgumentError, match="64 KiB"):
-        sandbox.execute(": " + "x" * sandbox.max_command_bytes)
+        sandbox.execute(": " + "x" * sandbox.limits.max_command_bytes)
 
 
 async def test_aexecute_uses_native_async(sandbox: ModalSandbox) -> None:

@@ -53,7 +53,7 @@ def hostile_runner() -> Iterator[str]:
 def test_announced_limits_are_capped_and_a_huge_body_is_refused(token: str) -> None:
     with hostile_runner() as url, RemoteProvider(url, token) as provider:
         sandbox = provider.get("local-1")
-        assert sandbox.max_output_bytes <= 64 * 1024 * 1024  # the client's own cap, not 2**45
+        assert sandbox.limits.max_output_bytes <= 64 * 1024 * 1024  # the client's own cap, not 2**45
         with ThreadPoolExecutor(1) as pool:
             listing = pool.submit(provider.list)
             with pytest.raises(

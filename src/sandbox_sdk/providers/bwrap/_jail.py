@@ -32,8 +32,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sandbox_sdk import errors
+from sandbox_sdk import errors, protocol
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse
+from sandbox_sdk.providers.bwrap import _scripts
 
 if TYPE_CHECKING:
     from sandbox_sdk.providers.bwrap.sandbox import Jail, JailSettings
@@ -42,6 +43,11 @@ SOCKET_FILE = "socket"
 LOCK_FILE = "lock"
 PID_FILE = "pid"
 LOG_FILE = "log"
+SCRIPTS_DIR = "scripts"
+#: The operation server and its two spare workers count towards the jail's
+#: process limit: under this limit a jail runs none (its file operations
+#: start ``python3`` each), leaving the processes to its commands.
+MIN_PROCESSES_FOR_SERVER = 64
 LISTEN_BACKLOG = 128
 HEADER = struct.Struct(">I")
 FRAME = struct.Struct(">cI")
@@ -99,12 +105,15 @@ class JailClient:
         script: str,
         pass_fds: Sequence[int],
         *,
+        channel: bool = False,
         env: dict[str, str],
         timeout: float,
         max_output_bytes: int,
         cancelled: threading.Event | None = None,
     ) -> ExecuteResponse:
-        """Run ``bash -c script`` in the jail (started if need be). Ctrl-C, or
+        """Run ``bash -c script`` in the jail (started if need be), with a
+        connection to the operation server on ``protocol.CHANNEL_FD`` if
+        ``channel`` (and the server runs). Ctrl-C, or
         ``cancelled`` being set, kills the command's group before this raises
         (``KeyboardInterrupt``) or returns (``None`` output, exit ``None``)."""
         _check_env(env)
@@ -115,6 +124,7 @@ class JailClient:
                 "timeout": timeout,
                 "max_output": max_output_bytes,
                 "fds": list(pass_fds),
+                **({"channel_fd": protocol.CHANNEL_FD} if channel else {}),
             },
             ensure_ascii=False,
         ).encode("utf-8", "surrogateescape")
@@ -214,6 +224,9 @@ class JailClient:
             if self.expiry.usage_file is not None:
                 usage_fd = os.open(self.expiry.usage_file, os.O_RDONLY | os.O_CLOEXEC)
                 stack.callback(os.close, usage_fd)
+            scripts = self.directory / SCRIPTS_DIR
+            _scripts.install(scripts)
+            self.jail.own(scripts)
             server_args = [
                 str(listener.fileno()),
                 _optional(self.settings.limits.cpu_seconds),
@@ -221,13 +234,15 @@ class JailClient:
                 _optional(self.expiry.idle_timeout),
                 "-" if usage_fd < 0 else str(usage_fd),
                 repr(IDLE_EXIT_SECONDS),
+                _scripts.JAIL_PATH,
+                _scripts.server_name() if self._keeps_a_server() else "-",
             ]
             info_read, info_write = os.pipe()
             stack.callback(os.close, info_read)
             try:
                 log = stack.enter_context(open(self.directory / LOG_FILE, "wb"))
                 inherited = (listener.fileno(), info_write, *([usage_fd] if usage_fd >= 0 else []))
-                self.jail.start(self.settings, server_args, info_write, inherited, log.fileno())
+                self.jail.start(self.settings, scripts, server_args, info_write, inherited, log.fileno())
             finally:
                 os.close(info_write)
             info = _read_info(info_read)
@@ -235,6 +250,10 @@ class JailClient:
             raise errors.SandboxRuntimeError(f"the bwrap jail did not start: {self.log_tail()}")
         pid = int(info["child-pid"])
         (self.directory / PID_FILE).write_text(f"{pid} {_start_time(pid)}\n")
+
+    def _keeps_a_server(self) -> bool:
+        processes = self.settings.limits.processes
+        return processes is None or processes >= MIN_PROCESSES_FOR_SERVER
 
     def log_tail(self) -> str:
         """The end of what the jail's bwrap and server wrote to stderr."""

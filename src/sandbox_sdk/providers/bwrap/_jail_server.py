@@ -15,9 +15,11 @@ as ``bash -c`` in a new session, so in a process group of its own. Wire
 format, all integers big-endian:
 
 * request: a 4-byte length and that many bytes of JSON ``{"command",
-  "env", "timeout", "max_output", "fds"}``; descriptors the command inherits
-  (a long command's in-memory file) travel with it as ``SCM_RIGHTS``, and
-  ``fds`` says which number the command expects each under.
+  "env", "timeout", "max_output", "fds"}`` and optionally ``"channel_fd"``;
+  descriptors the command inherits (a long command's in-memory file) travel
+  with it as ``SCM_RIGHTS``, and ``fds`` says which number the command
+  expects each under; ``channel_fd``: the number under which the command
+  gets a connection to the operation server (see below), if it runs.
 * reply: frames of a type byte and a 4-byte length: ``s`` just before the
   command starts (a client that sees the connection end before it knows the
   command never ran, and may send it again), ``o`` output (stdout and stderr
@@ -36,8 +38,18 @@ it (``cmd &`` returns before ``cmd`` runs, so a ``setsid`` may be under way);
 at the timeout (exit code 124), a cancel or a hang-up the group is killed at
 once. A signal death reads 128 + N.
 
+The server also runs the sandbox's operation server (remote/server.py's
+``serve_channel``), forked before its first thread, from the SDK's scripts
+the host installed read-only (``SCRIPTS_DIR``): a command whose request asks
+for the channel gets, on descriptor ``channel_fd``, a connection the server
+made and handed to the operation server (``SCM_RIGHTS`` over a socket pair
+only the two hold). Like this server, it and its workers cannot be traced
+(they inherit ``make_undumpable``), so no command can change what a file
+operation runs or answers; a command can kill or stop it (it is not PID 1),
+and file operations then run from ``python3`` as they would without it.
+
 A jail that has had no connection for IDLE_EXIT seconds and runs no
-process but the server ends (so sandboxes nobody deletes do not keep idle
+process but the server (and the operation server's) ends (so sandboxes nobody deletes do not keep idle
 servers); the next command starts it again. The server ends the jail by
 exiting (the kernel then kills every other process of its PID namespace):
 at the sandbox's expiry, known from its TTL deadline and the host's
@@ -46,8 +58,8 @@ mtime is the last use, and a link count of 0 means the sandbox's directory is
 gone). The host ends it by killing the server, from outside the namespace; a
 client that finds the server gone does so before it starts a new jail.
 
-Arguments: LISTEN_FD CPU_SECONDS EXPIRES_AT IDLE_TIMEOUT USAGE_FD IDLE_EXIT,
-``-`` for none. ``CPU_SECONDS`` is set on each command (soft and hard, by bash's
+Arguments: LISTEN_FD CPU_SECONDS EXPIRES_AT IDLE_TIMEOUT USAGE_FD IDLE_EXIT
+SCRIPTS_DIR SERVER_SCRIPT, ``-`` for none. ``CPU_SECONDS`` is set on each command (soft and hard, by bash's
 ``ulimit -t`` before the command), not on the server, whose CPU time adds up
 over the sandbox's life.
 """
@@ -187,9 +199,79 @@ class Reaper:
                 command.exited(exit_code(status))
 
 
+class OperationServer:
+    """The operation server this one forked, and the end of the socket pair
+    it takes connections from."""
+
+    def __init__(self, pid: int, control: socket.socket) -> None:
+        self.pid = pid
+        self.control: Optional[socket.socket] = control
+        self.lock = threading.Lock()
+
+    def connect(self) -> Optional[socket.socket]:
+        """A connection to the operation server for one command, or ``None``
+        if it is gone or does not keep up (its queue full: stopped, say);
+        the command then runs its script with ``python3``."""
+        with self.lock:
+            control = self.control
+        if control is None:
+            return None
+        ours, theirs = socket.socketpair()
+        try:
+            control.sendmsg(
+                [b"c"],
+                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [ours.fileno()]))],
+                socket.MSG_DONTWAIT,
+            )
+        except BlockingIOError:
+            theirs.close()
+            return None
+        except OSError:  # no process holds its end any more: it is gone for good
+            with self.lock:
+                self.control = None
+            control.close()
+            theirs.close()
+            return None
+        finally:
+            ours.close()
+        return theirs
+
+
+def start_operation_server(scripts: str, name: str, cpu_seconds: Optional[int]) -> Optional[OperationServer]:
+    """Fork the operation server from the installed server script (its body
+    without the last statement, ``main(OPS)``), while this process has one
+    thread; ``None`` if the script cannot be read."""
+    try:
+        with open(os.path.join(scripts, name + ".py"), "rb") as f:
+            source = f.read()
+    except OSError as exc:
+        print("jail server: no operation server:", repr(exc), file=sys.stderr, flush=True)
+        return None
+    body, _, last = source.rstrip().rpartition(b"\n")
+    if last != b"main(OPS)":
+        print("jail server: no operation server: unexpected script", file=sys.stderr, flush=True)
+        return None
+    code = compile(body, "sandbox_sdk/remote/server.py", "exec")
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ours.close()
+            namespace: Dict[str, Any] = {"__name__": "sbx_server"}
+            exec(code, namespace)
+            namespace["serve_channel"](theirs.detach(), os.fsencode(scripts), cpu_seconds)
+        finally:
+            os._exit(0)
+    theirs.close()
+    return OperationServer(pid, ours)
+
+
 class Server:
-    def __init__(self, cpu_seconds: Optional[int], idle_exit: float) -> None:
+    def __init__(
+        self, cpu_seconds: Optional[int], idle_exit: float, operations: Optional[OperationServer] = None
+    ) -> None:
         self.idle_exit = idle_exit
+        self.operations = operations
         self.reaper = Reaper()
         self.lock = threading.Lock()
         self.active = 0  # connections being served
@@ -214,7 +296,10 @@ class Server:
         with self.lock:
             if self.active or time.monotonic() - self.last_active < self.idle_exit:
                 return False
-        return set(name for name in os.listdir("/proc") if name.isdigit()) <= {str(os.getpid())}
+        others = set(int(name) for name in os.listdir("/proc") if name.isdigit()) - {os.getpid()}
+        if self.operations is not None:  # the operation server and its spare workers
+            others = set(pid for pid in others if self.operations.pid not in (pid, parent_of(pid)))
+        return not others
 
     def serve_one(self, conn: socket.socket) -> None:
         with conn:
@@ -223,12 +308,19 @@ class Server:
             except (OSError, EOFError, ValueError) as exc:
                 print("jail server: a request was not received:", repr(exc), file=sys.stderr, flush=True)
                 return
+            wanted_fds = list(request["fds"])
+            channel = request.get("channel_fd")
+            if channel is not None and self.operations is not None:
+                connection = self.operations.connect()
+                if connection is not None:
+                    fds.append(connection.detach())
+                    wanted_fds.append(channel)
             # each descriptor arrives under a new number: bash moves it to the
             # one the command names before anything else runs (on the same
             # line, so bash's line numbers in messages stay the command's)
             setup = self.setup + [
                 "exec {}<&{} {}<&-".format(wanted, got, got)
-                for wanted, got in zip(request["fds"], fds)  # noqa: B905 - strict= needs Python 3.10
+                for wanted, got in zip(wanted_fds, fds)  # noqa: B905 - strict= needs Python 3.10
                 if wanted != got
             ]
             command = "".join(step + "; " for step in setup) + request["command"]
@@ -342,6 +434,15 @@ def watch(
     os._exit(0)
 
 
+def parent_of(pid: int) -> int:
+    """The parent of process ``pid``; 0 if it is gone."""
+    try:
+        with open("/proc/{}/stat".format(pid), "rb") as f:
+            return int(f.read().rpartition(b")")[2].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def make_undumpable() -> None:
     """No process of the jail may trace this one or open its descriptors
     through ``/proc`` (the listening socket, the usage file)."""
@@ -361,12 +462,16 @@ def main(argv: List[str]) -> None:
     idle_timeout = optional(argv[3], float)
     usage_fd = optional(argv[4], int)
     idle_exit = float(argv[5])
+    scripts, server_script = optional(argv[6], str), optional(argv[7], str)
     make_undumpable()
+    operations = None
+    if scripts is not None and server_script is not None:  # before any thread (fork)
+        operations = start_operation_server(scripts, server_script, cpu_seconds)
     # Python's one handler (SIGINT's) would let a command raise KeyboardInterrupt in the server:
     # with none, a signal sent from inside the jail to its PID 1 is dropped by the kernel
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     threading.stack_size(THREAD_STACK_BYTES)
-    server = Server(cpu_seconds, idle_exit)
+    server = Server(cpu_seconds, idle_exit, operations)
     threading.Thread(target=server.reaper.run, daemon=True).start()
     threading.Thread(target=watch, args=(server, expires_at, idle_timeout, usage_fd), daemon=True).start()
     listener = socket.socket(fileno=listen_fd)

@@ -12,22 +12,23 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+from dataclasses import replace
+from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
 import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandbox_sdk import errors
+from sandbox_sdk import errors, protocol
 from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script
 from sandbox_sdk.provider_kit.host_state import mark_used
-from sandbox_sdk.providers.bwrap import _keyring, _seccomp
+from sandbox_sdk.providers.bwrap import _keyring, _scripts, _seccomp
 from sandbox_sdk.providers.bwrap._jail import (
     CANCEL_POLL_SECONDS,
-    IDLE_EXIT_SECONDS,
     KILL_SECONDS,
     Expiry,
     JailClient,
@@ -206,6 +207,14 @@ def _shared_memory(limits: ResourceLimits) -> list[str]:
     return ["--perms", "01777", *size, "--tmpfs", "/dev/shm"]
 
 
+def _parents(path: str) -> list[str]:
+    """Options that make ``path``'s parents on the jail's root 0755 (bwrap
+    makes a mount point's missing parents 0700: its user could not reach
+    it)."""
+    parents = [str(parent) for parent in reversed(PurePosixPath(path).parents) if str(parent) != "/"]
+    return [arg for parent in parents for arg in ("--perms", "0755", "--dir", parent)]
+
+
 class JailSettings(NamedTuple):
     """What one sandbox's jail is made of."""
 
@@ -260,6 +269,7 @@ class Jail:
     def start(
         self,
         settings: JailSettings,
+        scripts: Path,
         server_args: Sequence[str],
         info_fd: int,
         pass_fds: Sequence[int],
@@ -268,7 +278,8 @@ class Jail:
         """Start a jail running the server with ``server_args``, detached
         (``setsid --fork``: bwrap's parent is then init, not this process,
         which it outlives), from a thread that has a session keyring of its
-        own (``_keyring``). bwrap writes its PID 1's host pid (the server's,
+        own (``_keyring``), with ``scripts`` (``_scripts``) read-only in
+        it. bwrap writes its PID 1's host pid (the server's,
         see ``options``) to ``info_fd``; ``pass_fds`` reach the server;
         bwrap's and the server's stderr go to ``log_fd``. bwrap reads its
         options from a descriptor, since they name host paths, which no
@@ -276,7 +287,7 @@ class Jail:
         with contextlib.ExitStack() as stack:
             filter_fd = stack.enter_context(_memory_file("sandbox-sdk-seccomp", self.seccomp_filter))
             script_fd = stack.enter_context(_memory_file("sandbox-sdk-jail-server", _server_source()))
-            options = [*self.options(settings), "--info-fd", str(info_fd)]
+            options = [*self.options(settings, scripts), "--info-fd", str(info_fd)]
             if not self.as_root:
                 options += ["--seccomp", str(filter_fd)]
             args_fd = stack.enter_context(_memory_file("sandbox-sdk-bwrap-args", _nul_separated(options)))
@@ -295,7 +306,7 @@ class Jail:
             )
             _keyring.in_new_session_keyring(run)
 
-    def options(self, settings: JailSettings) -> list[str]:
+    def options(self, settings: JailSettings, scripts: Path) -> list[str]:
         """bwrap's options: namespaces, mounts, environment. The server is the
         PID namespace's PID 1 (``--as-pid-1``, no bwrap process in the jail):
         no command can signal it, not even with ``kill -9 -1``
@@ -324,6 +335,8 @@ class Jail:
             *_shared_memory(settings.limits),
             "--bind", str(settings.workspace), WORKSPACE_PATH,
             "--bind", str(settings.tmp_dir), "/tmp",
+            *_parents(_scripts.JAIL_PATH),
+            "--ro-bind", str(scripts), _scripts.JAIL_PATH,
             "--remount-ro", "/",  # the jail's own root and /etc: nothing to write there
             "--chdir", WORKSPACE_PATH,
             "--clearenv",
@@ -409,10 +422,11 @@ class BwrapSandbox(BaseSandbox):
     Commands longer than one argument reach the jail's bash through an
     in-memory file it inherits, so a round trip carries up to 4 MiB."""
 
-    max_command_bytes = LARGE_COMMAND_BYTES
-    #: The operation server, a process in the jail, would keep an idle jail
-    #: alive: it leaves when the jail would (docs/bwrap.md).
-    operation_server_idle = IDLE_EXIT_SECONDS
+    limits = Limits(max_command_bytes=LARGE_COMMAND_BYTES)
+    #: The scripts and the operation server are the jail's own, out of its
+    #: commands' reach (``_scripts``, ``_jail_server``; docs/security.md).
+    installed_scripts = _scripts.JAIL_PATH
+    operation_channel = True
 
     def __init__(
         self,
@@ -437,17 +451,18 @@ class BwrapSandbox(BaseSandbox):
                 raise NotADirectoryError(f"not a directory: {directory}")
         jail = checked_jail(bwrap, tuple(root_sandbox_user), tuple(extra_ro_binds))
         self._id = sandbox_id or f"bwrap-{self.workspace.name}"
-        self.limits = limits or ResourceLimits()
+        #: The jail's resource limits (``limits`` above; the round-trip limits are ``self.limits``).
+        self.resources = limits or ResourceLimits()
         self.network = network
         self.env = {**BASE_ENV, **(env or {})}
-        self.max_output_bytes = max_output_bytes
+        self.limits = replace(self.limits, max_output_bytes=max_output_bytes)
         self.state_dir = state_dir
         if state_dir is None:
             jail_dir = Path(tempfile.mkdtemp(prefix="sandbox-sdk-bwrap-jail-"))
             weakref.finalize(self, _discard_jail, jail_dir)
         else:
             jail_dir = state_dir / JAIL_DIR
-        settings = JailSettings(self.workspace, self.tmp_dir, self.limits, self.network)
+        settings = JailSettings(self.workspace, self.tmp_dir, self.resources, self.network)
         self.jail = JailClient(jail, settings, jail_dir, expiry or Expiry())
 
     @property
@@ -488,9 +503,10 @@ class BwrapSandbox(BaseSandbox):
             return self.jail.run(
                 script,
                 script_fds,
+                channel=command.startswith(protocol.CHANNEL_REQUEST),
                 env=self.env,
-                timeout=self.limits.timeout if timeout is None else timeout,
-                max_output_bytes=self.max_output_bytes,
+                timeout=self.resources.timeout if timeout is None else timeout,
+                max_output_bytes=self.limits.max_output_bytes,
                 cancelled=cancelled,
             )
 

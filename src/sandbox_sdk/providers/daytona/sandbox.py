@@ -10,7 +10,7 @@ import shlex
 import threading
 import time
 from collections.abc import AsyncGenerator, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -236,7 +236,7 @@ class DaytonaSandbox(BaseSandbox):
         #: Per event loop: the loop's client and the SDK sandbox object made with it.
         self._async_sandboxes: dict[asyncio.AbstractEventLoop, tuple[AsyncDaytona, AsyncSandbox]] = {}
         self.timeout = timeout
-        self.max_output_bytes = max_output_bytes
+        self.limits = replace(self.limits, max_output_bytes=max_output_bytes)
         self.shell = shell
         self.start_timeout = start_timeout
 
@@ -338,9 +338,9 @@ class DaytonaSandbox(BaseSandbox):
 
     def _response(self, output: str, exit_code: int | None) -> ExecuteResponse:
         data = output.encode("utf-8", "surrogateescape")
-        if len(data) <= self.max_output_bytes:
+        if len(data) <= self.limits.max_output_bytes:
             return ExecuteResponse(output=output, exit_code=exit_code)
-        kept = data[: self.max_output_bytes].decode("utf-8", "ignore")
+        kept = data[: self.limits.max_output_bytes].decode("utf-8", "ignore")
         return ExecuteResponse(output=kept, exit_code=exit_code, truncated=True)
 
     def _op_execute(self, command: str, timeout: float | None) -> Operation[ExecuteResponse]:

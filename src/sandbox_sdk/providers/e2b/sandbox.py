@@ -22,7 +22,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO, Generic, TypeVar
 
 import anyio
@@ -39,6 +39,7 @@ from e2b import exceptions as e2b_errors
 
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import (
     ExecuteResponse,
     FileDownloadResponse,
@@ -646,7 +647,7 @@ class E2BSandbox(BaseSandbox):
     #: envd streams a command's output as events, so the cap is ours alone:
     #: the same as Daytona's and Modal's, so a page of ``read`` or a listing
     #: costs as many round trips on every cloud provider.
-    max_output_bytes = DEFAULT_MAX_OUTPUT_BYTES
+    limits = Limits(max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES)
 
     def __init__(
         self,
@@ -666,7 +667,7 @@ class E2BSandbox(BaseSandbox):
         self._id = sandbox.sandbox_id
         self.timeout = check_timeout(timeout)
         if max_output_bytes is not None:
-            self.max_output_bytes = max_output_bytes
+            self.limits = replace(self.limits, max_output_bytes=max_output_bytes)
         self.lifetime = lifetime
         self.deadline = deadline
         self._keep_alive_lock = threading.Lock()
@@ -810,7 +811,7 @@ class E2BSandbox(BaseSandbox):
     def _op_execute(self, command: str, timeout: float | None) -> Generator[SdkCall, Any, ExecuteResponse]:
         """Start the command and wait for its end; past its timeout, kill its process group."""
         seconds = self.timeout if timeout is None else check_timeout(timeout)
-        run = _CommandRun(command, seconds, self.max_output_bytes)
+        run = _CommandRun(command, seconds, self.limits.max_output_bytes)
         handle: CommandHandle | AsyncCommandHandle | None = None
         try:
             handle = yield StartCommand(run)
@@ -836,7 +837,9 @@ class E2BSandbox(BaseSandbox):
         feed = _Feed(_CommandRun(command.command, seconds, 0, prefix=OWN_GROUP_PREFIX), command)
         pid = yield StartStream(feed)
         try:
-            result = yield from _follow(feed, Collected(self.max_output_bytes if keep_output else 0), sink)
+            result = yield from _follow(
+                feed, Collected(self.limits.max_output_bytes if keep_output else 0), sink
+            )
         except BaseException as exc:
             if can_clean_up(exc):
                 with contextlib.suppress(errors.SandboxError):
@@ -881,7 +884,7 @@ class E2BSandbox(BaseSandbox):
         order. When paths repeat they run one after another, so the last one wins as it
         would sequentially."""
         results = _Results[R](progress)
-        window = self.transfer_concurrency if len(set(paths)) == len(paths) else 1
+        window = self.limits.transfer_concurrency if len(set(paths)) == len(paths) else 1
         yield Pipeline(calls=transfers, consume=results.add, window=window)
         return results.items
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, arun_process, bash_script, run_process
 
@@ -35,7 +37,7 @@ class LocalSandbox(BaseSandbox):
     up to ``max_command_bytes`` work and large transfers need few round trips.
     """
 
-    max_command_bytes = LARGE_COMMAND_BYTES
+    limits = Limits(max_command_bytes=LARGE_COMMAND_BYTES)
 
     def __init__(
         self,
@@ -52,7 +54,7 @@ class LocalSandbox(BaseSandbox):
             raise NotADirectoryError(f"sandbox root is not a directory: {self.root_dir}")
         self._id = sandbox_id or "local-" + hashlib.sha256(os.fsencode(self.root_dir)).hexdigest()[:16]
         self.timeout = timeout
-        self.max_output_bytes = max_output_bytes
+        self.limits = replace(self.limits, max_output_bytes=max_output_bytes)
         base = dict(os.environ) if inherit_env else {**BASE_ENV, "HOME": str(self.root_dir)}
         self.env = {**base, **(env or {})}
 
@@ -78,7 +80,7 @@ class LocalSandbox(BaseSandbox):
             "cwd": self.root_dir,
             "env": self.env,
             "timeout": self.timeout if timeout is None else timeout,
-            "max_output_bytes": self.max_output_bytes,
+            "max_output_bytes": self.limits.max_output_bytes,
             "pass_fds": pass_fds,
         }
 

@@ -11,7 +11,7 @@ import shlex
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -21,6 +21,7 @@ import modal
 
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
+from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import (
     ExecuteResponse,
     FileDownloadResponse,
@@ -292,7 +293,7 @@ class ModalSandbox(BaseSandbox):
     :meth:`working_directory`.
     """
 
-    max_command_bytes = MODAL_ARG_MAX - len("bash") - len("-c") - len(STREAM_PRELUDE) - 512
+    limits = Limits(max_command_bytes=MODAL_ARG_MAX - len("bash") - len("-c") - len(STREAM_PRELUDE) - 512)
 
     def __init__(
         self,
@@ -306,7 +307,7 @@ class ModalSandbox(BaseSandbox):
             raise errors.InvalidArgumentError(f"workdir must be absolute, not {workdir!r}")
         self.sandbox = sandbox
         self.timeout = timeout
-        self.max_output_bytes = max_output_bytes
+        self.limits = replace(self.limits, max_output_bytes=max_output_bytes)
         self._workdir = workdir
         self._working_directory = workdir
         self._portals = anyio.from_thread.BlockingPortalProvider()
@@ -329,10 +330,10 @@ class ModalSandbox(BaseSandbox):
     def _check_command(self, command: str, prelude: str = PRELUDE) -> str:
         if not isinstance(command, str):
             raise errors.InvalidArgumentError("command must be a str")
-        if len(command.encode("utf-8")) > self.max_command_bytes:
+        if len(command.encode("utf-8")) > self.limits.max_command_bytes:
             raise errors.InvalidArgumentError(
                 f"command of {len(command.encode('utf-8'))} bytes exceeds max_command_bytes="
-                f"{self.max_command_bytes} (Modal caps exec arguments at 64 KiB)"
+                f"{self.limits.max_command_bytes} (Modal caps exec arguments at 64 KiB)"
             )
         return prelude + command
 
@@ -348,7 +349,7 @@ class ModalSandbox(BaseSandbox):
         process may hold the stream open long after, as ``local`` allows too)."""
         script = self._check_command(command)
         seconds = self._exec_timeout(timeout)
-        output = _Output(self.max_output_bytes)
+        output = _Output(self.limits.max_output_bytes)
         started = time.monotonic()
         with translate_errors(f"execute in {self.id}"):
             process = await self.sandbox.exec.aio(
@@ -372,7 +373,7 @@ class ModalSandbox(BaseSandbox):
 
     def _op_working_directory(self) -> Generator[ShellCommand, Any, str]:
         if self._working_directory is None:
-            response = yield ShellCommand("pwd", self.operation_timeout)
+            response = yield ShellCommand("pwd", self.limits.operation_timeout)
             if response.exit_code != 0 or not response.output.startswith("/"):
                 raise errors.SandboxRuntimeError(f"cannot find the working directory: {response.output!r}")
             self._working_directory = response.output.strip()
@@ -410,14 +411,14 @@ class ModalSandbox(BaseSandbox):
         try:
             feed.pid = yield ExecStreamCall(feed, "start")
             result = yield from _follow_exec(
-                feed, Collected(self.max_output_bytes if keep_output else 0), sink
+                feed, Collected(self.limits.max_output_bytes if keep_output else 0), sink
             )
         except BaseException as exc:
             if can_clean_up(exc):
                 if feed.pid is not None:
                     with contextlib.suppress(errors.SandboxError):
                         kill = f"kill -KILL -- -{feed.pid} 2>/dev/null; exit 0"
-                        yield ShellCommand(kill, self.operation_timeout)
+                        yield ShellCommand(kill, self.limits.operation_timeout)
                 yield ExecStreamCall(feed, "close")
             raise
         yield ExecStreamCall(feed, "close")
@@ -473,9 +474,9 @@ class ModalSandbox(BaseSandbox):
             return []
         workdir = yield from self._op_working_directory()
         stages = [self._op_upload_one(plan, index, workdir) for index in range(len(plan.files))]
-        yield Pipeline(stages, _ignore, self.transfer_concurrency)
-        for command in plan.commit_commands(self.max_command_bytes):
-            plan.committed((yield ShellCommand(command, self.operation_timeout)))
+        yield Pipeline(stages, _ignore, self.limits.transfer_concurrency)
+        for command in plan.commit_commands(self.limits.max_command_bytes):
+            plan.committed((yield ShellCommand(command, self.limits.operation_timeout)))
         return plan.responses()
 
     def _op_upload_one(
@@ -501,7 +502,7 @@ class ModalSandbox(BaseSandbox):
             return []
         workdir = yield from self._op_working_directory()
         reads = [self._op_download_one(downloads, index, workdir) for index in range(len(downloads.paths))]
-        yield Pipeline(reads, downloads.done, self.transfer_concurrency)
+        yield Pipeline(reads, downloads.done, self.limits.transfer_concurrency)
         return downloads.responses()
 
     def _op_download_one(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
@@ -20,10 +22,13 @@ class RemoteSandbox(BaseSandbox):
     def __init__(self, link: Link, sandbox_id: str) -> None:
         self._link = link
         self._id = sandbox_id
-        limits = link.limits
-        self.max_command_bytes = limits.max_command_bytes
-        self.max_output_bytes = limits.max_output_bytes
-        self.default_timeout = limits.default_timeout
+        announced = link.limits
+        self.limits = replace(
+            self.limits,
+            max_command_bytes=announced.max_command_bytes,
+            max_output_bytes=announced.max_output_bytes,
+        )
+        self.default_timeout = announced.default_timeout
 
     @property
     def id(self) -> str:
@@ -39,10 +44,10 @@ class RemoteSandbox(BaseSandbox):
         if not isinstance(command, str):
             raise errors.InvalidArgumentError("command must be a str")
         body = command.encode("utf-8", "surrogateescape")
-        if len(body) > self.max_command_bytes:
+        if len(body) > self.limits.max_command_bytes:
             raise errors.InvalidArgumentError(
                 f"a command of {len(body)} bytes is over the runner's "
-                f"max_command_bytes={self.max_command_bytes}"
+                f"max_command_bytes={self.limits.max_command_bytes}"
             )
         seconds = self.default_timeout if timeout is None else float(timeout)
         args = {"sandbox": self._id, "timeout": None if timeout is None else seconds}
