@@ -1,7 +1,7 @@
 """Transfer throughput through ``execute()`` against the raw throughput of the
 same provider moving the same bytes with plain shell commands, in one run.
 
-    python benchmarks/transfer.py [--sizes 1 10 100] [--repeat 3] [--markdown]
+    python benchmarks/transfer.py [--sizes 1 10 100] [--repeat 3]
 
 For each size it measures, each in a fresh child process (so peak RSS is the
 operation's own):

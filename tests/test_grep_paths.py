@@ -14,6 +14,7 @@ unreadable directory or file, a name that is not UTF-8)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -256,6 +257,28 @@ def test_sed_escapes_are_undone_for_every_byte(tmp_path: Path) -> None:
     )
     assert done.stdout.isascii() and done.stdout.endswith(b"$\n")
     assert sed_unescaped(done.stdout[:-2]) == every
+
+
+def test_a_message_inside_a_line_stops_sed(sandboxes: dict[str, Counting]) -> None:
+    """grep's lines are block-buffered, its messages not: a message can land
+    inside a line, cut at any byte. sed (the command's own program) quits
+    with status 6, printing nothing, wherever the cut is."""
+    sandboxes["shell"].grep(NEEDLE, "tree")
+    ((command, response),) = sandboxes["shell"].calls
+    held = re.search(r"sed -n '([^']*)'", command)
+    assert held is not None
+    lines = response.output.encode("utf-8", "surrogateescape").rsplit(b"\n", 3)[0] + b"\n"
+    start = lines.index(b"\n") + 1  # the second line, from its first byte to its newline
+    message = b"grep: tree/binary.bin: binary file matches\n"
+    for cut in range(start, lines.index(b"\n", start) + 1):
+        done = subprocess.run(
+            ["sed", "-n", held[1]],
+            input=lines[:cut] + message + lines[cut:],
+            capture_output=True,
+            check=False,
+            env={"LC_ALL": "C", "PATH": os.environ["PATH"]},
+        )
+        assert (done.returncode, done.stdout) == (6, b""), cut
 
 
 def test_the_result_is_what_the_walk_finds(sandboxes: dict[str, Counting]) -> None:

@@ -153,18 +153,22 @@ class ShellGrepCall(Call["GrepResult | None"]):
         include, root = (' --include="$g"', "-d") if values["g"] is not None else ("", "-e")
         include += "".join(f' --exclude-dir="${k}"' for k in excluded)
         cap = self.script.args["max_matches"]
-        # grep's messages join its lines (each written whole). sed holds the
-        # lines and quits, printing none, with status 6 at the first line
-        # with no NUL (a message, or a name with a newline), or with 5 past
-        # the cap (-m bounds one file only): the script then takes over in
-        # this round trip (it stops at the cap in walk order). At the last
-        # line, sed prints them, then the same escaped on one line (``l 0``,
-        # ending in ``$``): nothing is written while grep runs (output then
-        # wakes the provider's reader for nothing), and the marker follows.
-        # Two copies, not a digest: a digest took a third process.
+        # grep's messages join its lines: between two, or inside one where
+        # grep's buffered output was cut (the line the message ends, or the
+        # rest of the cut one after it, then has no NUL); --line-buffered
+        # would write each line in a call of its own, waking sed per line.
+        # sed holds the lines and quits, printing none, with status 6 at the
+        # first line with no NUL (a message, or a name with a newline), or
+        # with 5 past the cap (-m bounds one file only): the script then
+        # takes over in this round trip (it stops at the cap in walk order).
+        # At the last line, sed prints them, then the same escaped on one
+        # line (``l 0``, ending in ``$``): nothing is written while grep runs
+        # (output then wakes the provider's reader for nothing), and the
+        # marker follows. Two copies, not a digest: a digest took a third
+        # process.
         held = f"/\\x00/!Q6;{cap + 1}Q5;H;$!d;x;s/^\\n//;p;l 0"
         run = (
-            f"LC_ALL=C grep -r -H -n --null --line-buffered -F -D skip --no-ignore-case"
+            f"LC_ALL=C grep -r -H -n --null -F -D skip --no-ignore-case"
             f' -m {cap + 1}{include} -e "$p" -- "$r" 2>&1 | LC_ALL=C sed -n \'{held}\';'
             f' case "${{PIPESTATUS[*]}}" in "0 0" | "1 0")'
             f" printf '%s %s\\n' {SHELL_GREP_MARKER} {nonce}; exit 0 ;; esac"
