@@ -75,6 +75,7 @@ def run_python(code: str) -> subprocess.Popen[str]:
 #: check (a bwrap jail's first command) on a loaded machine.
 SHORT_TTL = 3.0
 
+
 class HostStateLifecycleTests:
     """The lifecycle of the ``provider_class`` fixture's provider, on real directories and processes."""
 
