@@ -106,6 +106,8 @@ class HostStateLifecycleTests:
             provider.create(ttl=-1)
         with pytest.raises(errors.InvalidArgumentError, match="labels"):
             provider.create(labels={"n": 1})  # type: ignore[dict-item]
+        with pytest.raises(errors.InvalidArgumentError, match="mapping of str to str"):
+            provider.create(labels=["a"])  # type: ignore[arg-type]
         with pytest.raises(errors.InvalidArgumentError, match="cursor"):
             provider.list(cursor="../../etc")
         assert leftovers(provider) == []
