@@ -166,6 +166,19 @@ class SandboxConformanceTests(SandboxSuite):
         assert response.timed_out
         self._assert_killed(sandbox, pid_file, began=False)  # the background child too
 
+    @pytest.mark.parametrize("path", ["execute", "run"])
+    def test_a_timeout_of_zero_means_the_default_on_execute_as_on_run(
+        self, sandbox: BaseSandbox, path: str
+    ) -> None:
+        """One meaning of ``timeout=0`` on every path and provider: the sandbox's
+        default (deepagents' meaning), never "expire at once"; a negative one is
+        refused before the command runs."""
+        call = sandbox.execute if path == "execute" else sandbox.run
+        response = call("sleep 0.2; echo done", timeout=0)
+        assert (response.output, response.exit_code, response.timed_out) == ("done\n", 0, False)
+        with pytest.raises(errors.InvalidArgumentError, match="timeout"):
+            call("echo never", timeout=-1)
+
     def test_large_output(self, sandbox: BaseSandbox) -> None:
         size = min(200_000, sandbox.max_output_bytes)
         response = sandbox.execute(f"head -c {size} /dev/zero | tr '\\0' a")

@@ -20,6 +20,7 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox_sdk import errors, protocol
+from sandbox_sdk._core import command_seconds
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script
@@ -506,7 +507,7 @@ class BwrapSandbox(BaseSandbox):
                 script_fds,
                 channel=command.startswith(protocol.CHANNEL_REQUEST),
                 env=self.env,
-                timeout=self.limits.timeout if timeout is None else timeout,
+                timeout=command_seconds(timeout, self.limits.timeout),
                 max_output_bytes=self.max_output_bytes,
                 cancelled=cancelled,
             )

@@ -28,6 +28,7 @@ from daytona import (
 from daytona import FileDownloadResponse as DaytonaDownload
 
 from sandbox_sdk import errors
+from sandbox_sdk._core import command_seconds
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.provider_kit import (
@@ -329,11 +330,9 @@ class DaytonaSandbox(BaseSandbox):
         return f"{self.shell} -c {shlex.quote(runner)} {self.shell} {shlex.quote(command)}"
 
     def _wire_timeout(self, timeout: float | None) -> int:
-        seconds = self.timeout if timeout is None else timeout
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
-            raise errors.InvalidArgumentError(
-                f"timeout must be a positive number of seconds, not {timeout!r}"
-            )
+        seconds = command_seconds(timeout, self.timeout)
+        if seconds == math.inf:
+            raise errors.InvalidArgumentError("timeout must be a finite number of seconds on Daytona")
         return max(1, math.ceil(seconds))
 
     def _response(self, output: str, exit_code: int | None) -> ExecuteResponse:

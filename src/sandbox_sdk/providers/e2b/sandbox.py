@@ -38,6 +38,7 @@ from e2b import (
 from e2b import exceptions as e2b_errors
 
 from sandbox_sdk import errors
+from sandbox_sdk._core import command_seconds
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import (
     ExecuteResponse,
@@ -809,7 +810,7 @@ class E2BSandbox(BaseSandbox):
 
     def _op_execute(self, command: str, timeout: float | None) -> Generator[SdkCall, Any, ExecuteResponse]:
         """Start the command and wait for its end; past its timeout, kill its process group."""
-        seconds = self.timeout if timeout is None else check_timeout(timeout)
+        seconds = command_seconds(timeout, self.timeout)
         run = _CommandRun(command, seconds, self.max_output_bytes)
         handle: CommandHandle | AsyncCommandHandle | None = None
         try:

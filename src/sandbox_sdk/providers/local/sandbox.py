@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sandbox_sdk._core import command_seconds
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, arun_process, bash_script, run_process
@@ -77,7 +78,7 @@ class LocalSandbox(BaseSandbox):
             "argv": ["bash", "-c", script],
             "cwd": self.root_dir,
             "env": self.env,
-            "timeout": self.timeout if timeout is None else timeout,
+            "timeout": command_seconds(timeout, self.timeout),
             "max_output_bytes": self.max_output_bytes,
             "pass_fds": pass_fds,
         }

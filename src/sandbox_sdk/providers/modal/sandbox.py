@@ -20,6 +20,7 @@ import anyio.from_thread
 import modal
 
 from sandbox_sdk import errors
+from sandbox_sdk._core import command_seconds
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import (
     ExecuteResponse,
@@ -321,10 +322,7 @@ class ModalSandbox(BaseSandbox):
     # -- execute -----------------------------------------------------------------------
 
     def _exec_timeout(self, timeout: float | None) -> int:
-        seconds = self.timeout if timeout is None else timeout
-        if seconds <= 0:
-            raise errors.InvalidArgumentError(f"timeout must be positive, not {seconds!r}")
-        return max(1, math.ceil(seconds))
+        return max(1, math.ceil(command_seconds(timeout, self.timeout)))
 
     def _check_command(self, command: str, prelude: str = PRELUDE) -> str:
         if not isinstance(command, str):
