@@ -135,6 +135,23 @@ def test_create_list_and_rm(sbx: Sbx) -> None:
     assert sbx("rm", first).returncode == 0  # deleting what is gone succeeds, as in the API
 
 
+def test_rm_without_a_provider_takes_it_from_a_local_providers_id(tmp_path: Path) -> None:
+    sbx = Sbx(tmp_path, "")  # neither --provider nor $SANDBOX_SDK_PROVIDER: bwrap by default
+    sandbox_id = sbx("create", "-p", "local").stdout.strip()
+    assert sbx("rm", sandbox_id).stdout.split() == [sandbox_id]
+    assert json.loads(sbx("list", "--json", "-p", "local").stdout) == []
+
+
+def test_rm_refuses_an_id_its_provider_cannot_have_made(sbx: Sbx, sandbox: str) -> None:
+    other = "bwrap" if sbx.provider == "local" else "local"
+    for bad, hint in (("not-an-id", "give its provider with --provider"), (f"{other}-{'0' * 24}", other)):
+        done = sbx("rm", sandbox, bad, check=False)
+        assert done.returncode == 2, done.stderr
+        assert f"'{bad}' is not a {sbx.provider} sandbox id" in done.stderr and hint in done.stderr
+        assert done.stdout == ""
+    assert [info["id"] for info in json.loads(sbx("list", "--json").stdout)] == [sandbox]  # nothing deleted
+
+
 def test_the_provider_comes_from_the_option_else_the_environment(tmp_path: Path) -> None:
     sbx = Sbx(tmp_path, "bwrap")
     sandbox_id = sbx("create", "--provider", "local").stdout.strip()
