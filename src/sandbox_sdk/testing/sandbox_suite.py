@@ -542,6 +542,28 @@ class SandboxConformanceTests(SandboxSuite):
         assert {posixpath.basename(m.path) for m in matches.matches} >= {"a.py", "c.txt", "e.py"}
         assert time.monotonic() - started < 30
 
+    def test_result_paths_are_the_path_given_joined_else_relative(
+        self, sandbox: BaseSandbox, workdir: str
+    ) -> None:
+        """One convention for ``ls``, ``glob`` and ``grep``: a result's path is the
+        path given joined with the entry's below it; without a path, relative to
+        the working directory, with no ``./`` (grep's shell and script routes alike)."""
+        needle = f"needle-{workdir}"
+        sandbox.write(self.p(workdir, "sub", "f.txt"), f"{needle}\n")
+        here = sandbox.ls()
+        assert workdir in [entry.path for entry in here]
+        assert all(entry.path == entry.name for entry in here)
+        assert [entry.path for entry in sandbox.ls(workdir)] == [f"{workdir}/sub"]
+        assert [entry.path for entry in sandbox.ls(f"./{workdir}")] == [f"./{workdir}/sub"]
+        found = f"{workdir}/sub/f.txt"
+        assert [info.path for info in sandbox.glob(f"{workdir}/**/*.txt").matches] == [found]
+        assert [match.path for match in sandbox.grep(needle).matches] == [found]
+        regex = needle.replace("-", "[-]")  # regex syntax: the script's route
+        assert [match.path for match in sandbox.grep(regex, fixed_strings=False).matches] == [found]
+        assert [match.path for match in sandbox.grep(needle, ignore_case=True).matches] == [found]
+        assert [match.path for match in sandbox.grep(needle, ".").matches] == [f"./{found}"]
+        assert [match.path for match in sandbox.grep(needle, workdir).matches] == [found]
+
     def test_grep_fixed_regex_case_and_filter(self, sandbox: BaseSandbox, tree: str) -> None:
         fixed = sandbox.grep("needle in a.py", tree)
         assert [(posixpath.relpath(m.path, tree), m.line_number, m.line) for m in fixed.matches] == [
