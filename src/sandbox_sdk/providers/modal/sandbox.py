@@ -386,9 +386,19 @@ class ModalSandbox(BaseSandbox):
         return await self._adrive(self._op_working_directory())
 
     def _absolute(self, path: str, workdir: str) -> str:
-        """``path`` made absolute, after the checks every transfer path gets."""
+        """``path`` made absolute, after the checks every transfer path gets. Modal's
+        file API carries paths as UTF-8 text (protobuf strings), so a name that is
+        not (a non-UTF-8 byte, decoded by ``os.fsdecode``) is that file's
+        ``invalid_path``, not an encoding error that loses the whole batch."""
         check_path(path)
-        return posixpath.normpath(posixpath.join(workdir, path))
+        absolute = posixpath.normpath(posixpath.join(workdir, path))
+        try:
+            absolute.encode("utf-8")
+        except UnicodeEncodeError:
+            raise errors.InvalidPathError(
+                f"{path!r}: Modal's file API carries paths as UTF-8 text, and this one is not", path=path
+            ) from None
+        return absolute
 
     # -- native streaming -----------------------------------------------------------------
 
