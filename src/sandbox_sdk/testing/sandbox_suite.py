@@ -7,12 +7,13 @@ directory, so one sandbox can serve the whole class::
     class TestMySandbox(SandboxConformanceTests):
         @pytest.fixture(scope="class")
         @classmethod
-        def sandbox(cls):
-            with MySandbox() as sb:
-                yield sb
+        def sandbox(cls, provider: MyProvider) -> Iterator[BaseSandbox]:
+            yield from provided_sandbox(provider, "conformance")
 
 Known gaps are declared, with a reason, in ``known_gaps``; each becomes a
-strict xfail, so the entry must go once the gap is fixed.
+strict xfail naming the exception the check fails with (``AssertionError``,
+or a :class:`~sandbox_sdk.testing.Gap`'s), so the entry must go once the gap
+is fixed.
 """
 
 from __future__ import annotations
