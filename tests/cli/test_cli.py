@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from sandbox_sdk.wire.security import CLIENT_TOKEN_ENV
+from tests.providers.remote.support import new_token, start_runner
+
 #: The console script installed next to this interpreter.
 SBX = Path(sys.executable).with_name("sbx")
 #: A file that takes well over the progress bar's "moment" to copy (uploads run at tens of MiB/s).
@@ -168,6 +171,25 @@ def test_reap_deletes_the_expired(sbx: Sbx) -> None:
         time.sleep(0.5)
     assert reaped == [expiring]
     assert [info["id"] for info in json.loads(sbx("list", "--json").stdout)] == [kept]
+
+
+def test_reap_on_a_remote_runner(tmp_path: Path) -> None:
+    """The runner's sandboxes live on its machine: ``reap`` deletes its expired ones."""
+    token = new_token()
+    runner = start_runner(tmp_path, token)
+    try:
+        sbx = Sbx(
+            tmp_path / "state", "remote", env={"SANDBOX_SDK_REMOTE_URL": runner.url, CLIENT_TOKEN_ENV: token}
+        )
+        expiring = sbx("create", "--idle-timeout", "1").stdout.strip()
+        kept = sbx("create").stdout.strip()
+        deadline = time.monotonic() + 60
+        while (reaped := sbx("reap").stdout.split()) == [] and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert reaped == [expiring]
+        assert [info["id"] for info in json.loads(sbx("list", "--json").stdout)] == [kept]
+    finally:
+        runner.stop()
 
 
 def test_reap_on_a_platform_that_expires_its_own(tmp_path: Path) -> None:

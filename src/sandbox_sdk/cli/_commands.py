@@ -16,7 +16,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, TextIO, get_args
+from typing import Any, Protocol, TextIO, get_args, runtime_checkable
 
 import click
 from rich.console import Console
@@ -38,6 +38,15 @@ from sandbox_sdk.cli._text import shown
 from sandbox_sdk.provider_kit.host_state import ID_PATTERN, HostStateProvider
 from sandbox_sdk.registry import DEFAULT_PROVIDER, PROVIDER_ENV, install_hint
 from sandbox_sdk.transfer import SymlinkPolicy
+
+
+@runtime_checkable
+class Reaper(Protocol):
+    """A provider whose expired sandboxes only it deletes: the local ones, and a
+    remote runner's (the cloud platforms expire theirs themselves)."""
+
+    def reap(self) -> list[str]: ...
+
 
 #: ``ls`` shows each entry's type as ``stat.filemode`` does.
 TYPE_BITS = {"file": stat.S_IFREG, "dir": stat.S_IFDIR, "symlink": stat.S_IFLNK, "other": 0}
@@ -334,9 +343,10 @@ def check_own_id(provider: SandboxProvider[Any], sandbox_id: str) -> None:
 @cli.command()
 @provider_option
 def reap(provider: str) -> None:
-    """Delete every expired sandbox and print their ids."""
+    """Delete every expired sandbox and print their ids (on a remote runner's
+    machine too: what it keeps, nothing else expires)."""
     with opened(provider) as sandboxes:
-        if not isinstance(sandboxes, HostStateProvider):
+        if not isinstance(sandboxes, Reaper):
             raise click.ClickException(
                 f"provider {provider!r} has nothing to reap: its platform removes expired sandboxes itself"
             )

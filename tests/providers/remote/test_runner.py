@@ -282,6 +282,29 @@ def test_requests_over_the_concurrency_limit(tmp_path: Path, token: str) -> None
 BARRIER_SECONDS = 60.0
 
 
+def test_reap_deletes_the_runners_expired_sandboxes(runner: Service, token: str) -> None:
+    """The runner's sandboxes live on its machine, which nothing else expires."""
+    with RemoteProvider(runner.url, token) as provider:
+        expiring = provider.create(idle_timeout=1).id
+        kept = provider.create().id
+        reaped: list[str] = []
+
+        def reaped_some() -> bool:
+            reaped.extend(provider.reap())
+            return bool(reaped)
+
+        wait_for(reaped_some, 60, "the idle sandbox was reaped")
+        assert reaped == [expiring]
+        assert [info.id for info in provider.iter_sandboxes()] == [kept]
+        assert asyncio.run(provider.areap()) == []
+    with raw_connection(runner.url, token) as connection:
+        connection.send(wire.encode("request", id=1, op="reap", args={"all": True}, size=0))
+        for chunk in wire.chunks(1, b""):
+            connection.send(chunk)
+        (header,) = responses(connection, 1)
+    assert header["error"]["type"] == "InvalidArgumentError"
+
+
 async def test_32_concurrent_operations_over_one_connection(runner: Service, token: str) -> None:
     with RemoteProvider(runner.url, token) as provider:
         sandbox = await provider.acreate()
