@@ -129,3 +129,23 @@ def test_fragments_say_why() -> None:
         for marker in re.findall(r"<!--\s*fragment\b[^>]*-->", page.read_text()):
             assert re.match(r"<!--\s*fragment:\s*\S", marker), f"{page}: {marker} gives no reason"
     assert sum(not b.fragment for b in BLOCKS) >= 5
+
+
+def test_the_api_reference_renders_docstring_roles_as_code(tmp_path: Path) -> None:
+    """The site builds strictly, and no Sphinx role of a docstring (``:meth:`x```)
+    is left as raw text in its API reference (scripts/mkdocs_hooks.py)."""
+    site = tmp_path / "site"
+    subprocess.run(
+        [Path(sys.executable).with_name("mkdocs"), "build", "--strict", "--quiet", "--site-dir", site],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        check=True,
+        timeout=300,
+    )
+    pages = list((site / "reference").rglob("*.html"))
+    raw = [
+        page.name
+        for page in pages
+        for _ in re.finditer(r":(?:meth|class|func|attr|mod|exc|data):<code>", page.read_text())
+    ]
+    assert pages and raw == []
