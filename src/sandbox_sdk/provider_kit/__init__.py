@@ -10,7 +10,8 @@ and :class:`~sandbox_sdk.SandboxProvider`; the shipped providers use the same.
   the call is cancelled.
 - Checking arguments before any round trip: :func:`check_path`, and
   :func:`command_seconds` for ``execute``'s ``timeout`` (``None`` or ``0``:
-  your default, as ``run`` reads it).
+  your default, as ``run`` reads it), :func:`check_timeout` where the default
+  is another side's (``None`` for it).
 - Native streaming of a command's output: override
   ``BaseSandbox._stream_command``, which gets a :class:`Command` and an
   :data:`OutputSink` (see docs/processes.md); :class:`Collected` keeps the
@@ -40,6 +41,7 @@ from sandbox_sdk._core import (
     Pipeline,
     Request,
     check_path,
+    check_timeout,
     command_seconds,
     new_token,
 )
@@ -95,6 +97,7 @@ __all__ = [
     "can_clean_up",
     "check_path",
     "check_seconds",
+    "check_timeout",
     "command_seconds",
     "download_result",
     "kill_group",

@@ -20,9 +20,9 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox_sdk import errors, protocol
-from sandbox_sdk._core import command_seconds
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.provider_kit import command_seconds
 from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script
 from sandbox_sdk.provider_kit.host_state import mark_used
 from sandbox_sdk.providers.bwrap import _keyring, _scripts, _seccomp

@@ -28,7 +28,6 @@ from daytona import (
 from daytona import FileDownloadResponse as DaytonaDownload
 
 from sandbox_sdk import errors
-from sandbox_sdk._core import command_seconds
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.provider_kit import (
@@ -38,6 +37,7 @@ from sandbox_sdk.provider_kit import (
     Progress,
     UploadSource,
     check_path,
+    command_seconds,
     download_result,
     open_upload_source,
     upload_result,

@@ -38,7 +38,6 @@ from e2b import (
 from e2b import exceptions as e2b_errors
 
 from sandbox_sdk import errors
-from sandbox_sdk._core import command_seconds
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import (
     ExecuteResponse,
@@ -62,6 +61,7 @@ from sandbox_sdk.provider_kit import (
     UploadSource,
     can_clean_up,
     check_path,
+    command_seconds,
     download_result,
     new_token,
     open_upload_source,

@@ -20,7 +20,6 @@ import anyio.from_thread
 import modal
 
 from sandbox_sdk import errors
-from sandbox_sdk._core import command_seconds
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import (
     ExecuteResponse,
@@ -42,6 +41,7 @@ from sandbox_sdk.provider_kit import (
     UploadSource,
     can_clean_up,
     check_path,
+    command_seconds,
     new_token,
     open_upload_source,
     transfer_error,

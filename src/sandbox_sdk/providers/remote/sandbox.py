@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from sandbox_sdk import errors
-from sandbox_sdk._core import check_timeout
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.provider_kit import check_timeout
 from sandbox_sdk.providers.remote._link import Link, Reply, Request
 
 #: Seconds past a command's own timeout the client waits for the runner's
