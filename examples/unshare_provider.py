@@ -19,6 +19,7 @@ from sandbox_sdk.provider_kit import (
     HostStateProvider,
     SandboxRecord,
     bash_script,
+    command_seconds,
     mark_used,
     run_process,
 )
@@ -54,7 +55,7 @@ class UnshareSandbox(BaseSandbox):
                 ["unshare", "--net", "--map-root-user", "bash", "-c", script],
                 cwd=self.workspace,
                 env={"PATH": "/usr/bin:/bin", "HOME": str(self.workspace)},
-                timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
+                timeout=command_seconds(timeout, DEFAULT_TIMEOUT),
                 max_output_bytes=self.limits.max_output_bytes,
                 pass_fds=pass_fds,
             )

@@ -147,7 +147,7 @@ def test_served_operations_start_no_interpreter(tmp_path: Path, scratch: Path, s
     assert [e.path for e in sandbox.ls("notes")] == ["notes/a.txt"]
     assert [e.path for e in sandbox.glob("**/*.txt").matches] == ["notes/a.txt", "seed.txt", "seed2.txt"]
     assert [(m.path, m.line) for m in sandbox.grep("gam+a", fixed_strings=False).matches] == [
-        ("./notes/a.txt", "gamma")
+        ("notes/a.txt", "gamma")
     ]
     sandbox.mkdir("made")
     sandbox.delete("made")

@@ -45,6 +45,8 @@ class Raw(Call[ExecuteResponse]):
 
 #: Longest a delayed call waits for the window to fill (see ``TimedSandbox``).
 FILL_SECONDS = 5.0
+#: Longest a delayed call is held by ``TimedSandbox.hold`` (a bound, never reached when the test passes).
+HOLD_SECONDS = 30.0
 
 
 class TimedSandbox(LimitedSandbox):
@@ -55,7 +57,9 @@ class TimedSandbox(LimitedSandbox):
     delayed call first waits (up to ``FILL_SECONDS``) until as many calls as
     the window holds are in flight: a pipeline that keeps its window full gets
     there as soon as its threads start, however loaded the machine, and one
-    that does not never does, so ``max_calls_in_flight`` falls short."""
+    that does not never does, so ``max_calls_in_flight`` falls short. With
+    ``hold`` set to an event, a delayed call in a worker thread (a pipeline's)
+    then waits for it too."""
 
     def __init__(self, local: LocalSandbox, delays: dict[int, float], failures: frozenset[int] = frozenset()):
         super().__init__(local, max_command_bytes=SMALL_COMMAND_BYTES, max_output_bytes=SMALL_OUTPUT_BYTES)
@@ -65,6 +69,7 @@ class TimedSandbox(LimitedSandbox):
         self.calls_in_flight = 0
         self.max_calls_in_flight = 0
         self.window_filled = threading.Event()
+        self.hold: threading.Event | None = None
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
         number = self._count()
@@ -77,6 +82,8 @@ class TimedSandbox(LimitedSandbox):
         try:
             if number in self.delays:
                 self.window_filled.wait(FILL_SECONDS)
+                if self.hold is not None and threading.current_thread() is not threading.main_thread():
+                    self.hold.wait(HOLD_SECONDS)
             time.sleep(self.delays.get(number, 0.0))
             if number in self.failures:
                 raise InjectedFault(f"call {number} failed")
@@ -152,19 +159,26 @@ def test_a_failed_call_is_raised_after_the_calls_in_flight_finish(local: LocalSa
 
 @pytest.mark.usefixtures("python_sigint")
 def test_ctrl_c_during_a_sync_pipeline_cleans_up_without_waiting(local: LocalSandbox) -> None:
-    """A real SIGINT while the main thread waits on the window: the upload is
-    aborted at once, and once the calls still running end, nothing is left."""
+    """A real SIGINT once the window is full of calls the test holds: the upload
+    is aborted while they are still held (it did not wait for them, nor sit out
+    the upload), and once they are let go and end, nothing is left."""
     (local.root_dir / "dest.bin").write_bytes(b"old")
-    sandbox = TimedSandbox(local, {n: 0.3 for n in range(2, 20)})
-    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    started = time.monotonic()
+    sandbox = TimedSandbox(local, {n: 0.0 for n in range(2, 20)})
+    sandbox.hold = threading.Event()
+
+    def interrupt_when_full() -> None:
+        if sandbox.window_filled.wait(FILL_SECONDS):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    interrupter = threading.Thread(target=interrupt_when_full)
+    interrupter.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             sandbox.upload_files([("dest.bin", DATA)])
+        assert sandbox.calls_in_flight == sandbox.limits.transfer_concurrency  # all still held
     finally:
-        timer.cancel()
-    assert time.monotonic() - started < 1.5  # did not sit out the whole upload
+        sandbox.hold.set()
+        interrupter.join()
     deadline = time.monotonic() + 5
     while sandbox.in_flight and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -259,3 +259,21 @@ def test_a_grep_regardless_of_case_imports_no_re_for_ascii_text(tmp_path: Path) 
     value, imported = run_importing(tmp_path, "grep", args)
     assert [number for _, number, _, _ in value["matches"]] == [1, 3]
     assert "binascii" in imported and "re" not in imported
+
+
+@pytest.mark.parametrize("op", ["put_many", "stage", "write", "edit", "grep"])
+def test_a_commands_overhead_covers_every_form_it_is_sent_in(op: str) -> None:
+    """What a batch is packed to must hold when the session sends the command
+    with its script and asks the operation server first (the largest form)."""
+    args = {"token": "t" * 16, "items": []}
+    overhead = protocol.command_overhead(op, args, "/tmp")
+    scripts_dir = protocol.scripts_dir_in("/tmp")
+    for served, channel in ((False, False), (True, False), (True, True)):
+        command, _ = protocol.build_command(
+            protocol.module_of(op),
+            {**args, "op": op},
+            scripts_dir=scripts_dir,
+            served=served,
+            channel=channel,
+        )
+        assert len(command.encode("utf-8")) < overhead

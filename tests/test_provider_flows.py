@@ -418,3 +418,31 @@ async def test_iterators_fetch_a_page_when_they_reach_it() -> None:
     assert provider.list_calls == [None]
     assert [item.id async for item in apages] == ["sb-0001", "sb-0002", "sb-0003", "sb-0004"]
     assert provider.list_calls == [None, "sb-0001", "sb-0003"]
+
+
+@pytest.mark.parametrize("labels", [["a"], "a", {"n": 1}, {1: "n"}])
+async def test_labels_that_are_not_str_to_str_are_refused_before_anything_is_made(labels: Any) -> None:
+    provider = MemoryProvider()
+    for call in (
+        lambda: provider.create(labels=labels),
+        lambda: provider.get_or_create(labels=labels),
+        lambda: next(provider.iter_sandboxes(labels=labels)),
+    ):
+        with pytest.raises(errors.InvalidArgumentError, match="labels must"):
+            call()
+    with pytest.raises(errors.InvalidArgumentError, match="labels must"):
+        await provider.acreate(labels=labels)
+    with pytest.raises(errors.InvalidArgumentError, match="labels must"):
+        await provider.aget_or_create(labels=labels)
+    assert provider.sandboxes == {}
+    assert provider.list_calls == []
+
+
+def test_a_page_iterates_over_its_sandboxes_and_counts_them() -> None:
+    provider = MemoryProvider()
+    made = [provider.create(labels=LABELS).id for _ in range(3)]
+    listed = provider.list(labels=LABELS, limit=2)
+    assert [info.id for info in listed] == made[:2]  # not pydantic's (field, value) pairs
+    assert len(listed) == 2
+    assert all(isinstance(info, SandboxInfo) for info in listed)
+    assert len(provider.list(labels={"nobody": "here"})) == 0

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 
@@ -63,3 +64,20 @@ def test_fault_on_each_call_of_a_staged_edit(local: LocalSandbox, fault: Fault) 
             sandbox.edit("doc.txt", old_text, "n" * COMMAND_BYTES)
         assert (root / "doc.txt").read_bytes() == original, f"call {fail_at}"
         assert leftovers(root) == [], f"call {fail_at}"
+
+
+@pytest.mark.parametrize("how", ["write", "edit", "staged write"])
+def test_a_refused_write_names_the_path_given_not_the_staging_file(local: LocalSandbox, how: str) -> None:
+    """procfs lets no file be made in it: the staging file beside the target
+    cannot be created, and the error says so of the path the caller named."""
+    small = LimitedSandbox(local, max_command_bytes=SMALL_COMMAND_BYTES, max_output_bytes=SMALL_OUTPUT_BYTES)
+    calls: dict[str, Callable[[], object]] = {
+        "write": lambda: local.write("/proc/sbx-refused.txt", "text"),
+        "edit": lambda: local.edit("/proc/version", "Linux", "Linux!"),
+        "staged write": lambda: small.write("/proc/sbx-refused.bin", os.urandom(4 * SMALL_COMMAND_BYTES)),
+    }
+    with pytest.raises(errors.SandboxError) as raised:
+        calls[how]()
+    path = "/proc/version" if how == "edit" else f"/proc/sbx-refused.{'txt' if how == 'write' else 'bin'}"
+    assert raised.value.path == path
+    assert str(raised.value).startswith("cannot write the file: ") and ".sbx-" not in str(raised.value)

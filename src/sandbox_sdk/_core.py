@@ -120,6 +120,14 @@ def check_timeout(timeout: object) -> float | None:
     return float(timeout)
 
 
+def command_seconds(timeout: object, default: float) -> float:
+    """The seconds a command may run on a provider: ``timeout`` as
+    :func:`check_timeout` reads it (``None`` or ``0``: ``default``). Every
+    provider's ``execute`` reads it so, as ``run`` does: one meaning of 0."""
+    seconds = check_timeout(timeout)
+    return default if seconds is None else seconds
+
+
 def check_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise errors.InvalidArgumentError(f"{name} must be an int >= {minimum}, not {value!r}")

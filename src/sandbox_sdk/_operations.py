@@ -240,16 +240,22 @@ class SandboxOperations(SandboxCore):
 
     # -- ls / stat -------------------------------------------------------------------
 
-    def _op_ls(self, path: PathArg = ".") -> Operation[list[FileInfo]]:
-        """Entries of a directory, sorted by name (paged if the listing is huge)."""
-        encoded = check_path(path)
+    def _op_ls(self, path: PathArg | None = None) -> Operation[list[FileInfo]]:
+        """Entries of a directory (the working directory without ``path``),
+        sorted by name (paged if the listing is huge). Each entry's ``path`` is
+        ``path`` joined with its name; without ``path``, its name, as ``glob``
+        and ``grep`` give paths relative to the working directory."""
+        shown = "." if path is None else path
+        encoded = check_path(shown)
         entries: list[FileInfo] = []
         start: int | None = 0
         while start is not None:
             args = {"path": encoded, "start": start, "budget": self.limits.result_budget}
-            value, (packed,) = yield from LS(args, what=f"ls {os.fsdecode(path)!r}")
+            value, (packed,) = yield from LS(args, what=f"ls {os.fsdecode(shown)!r}")
             entries.extend(listing(packed))
             start = value["next"]
+        if path is None:
+            return [entry.model_copy(update={"path": entry.name}) for entry in entries]
         return entries
 
     def _op_stat(self, path: PathArg) -> Operation[FileInfo]:
@@ -337,7 +343,9 @@ class SandboxOperations(SandboxCore):
         with ``include_hidden=True`` or a pattern segment that starts with one.
         A trailing ``/`` matches directories only. Unlike Python's glob,
         ``sub/**`` leaves out ``sub`` itself and ``[^a]`` negates as ``[!a]``
-        does (docs/protocol.md, "Glob patterns"). Directories that could not be
+        does (docs/protocol.md, "Glob patterns"). Paths are ``path`` joined with
+        the entry's path below it; without ``path``, relative to the working
+        directory, as ``ls`` and ``grep`` give them. Directories that could not be
         listed or searched are in ``unreadable``."""
         args = {
             "pattern": _pattern(pattern),
@@ -364,7 +372,9 @@ class SandboxOperations(SandboxCore):
         in regular files below ``path``, optionally only files matching ``glob``.
         Directories below ``path`` named one of ``exclude_dirs`` (whole names, at
         any depth; never ``path`` itself) are not searched: ``.git`` by default,
-        as deepagents does (docs/protocol.md, "grep")."""
+        as deepagents does (docs/protocol.md, "grep"). Paths are ``path`` joined
+        with the file's path below it; without ``path``, relative to the working
+        directory (no ``./``), as ``ls`` and ``glob`` give them."""
         encoded = _pattern(pattern)
         if glob is not None and not isinstance(glob, str):
             raise errors.InvalidArgumentError("glob must be a str or None")
@@ -388,12 +398,13 @@ class SandboxOperations(SandboxCore):
         raw_glob = None if glob is None else os.fsencode(glob)
         raw = (os.fsencode(pattern), base64.b64decode(root), raw_glob, excluded)
         literal = is_literal(raw[0], fixed_strings)  # a plain word is a regex's own text
+        found: GrepResult | None = None
         if literal and not ignore_case and ShellGrepCall.takes(*raw):
-            shell = yield from ShellGrepCall(script, script.what, *raw)
-            if shell is not None:
-                return shell
-        value, _ = yield from script
-        return grep_result(value)
+            found = yield from ShellGrepCall(script, script.what, *raw)
+        if found is None:
+            value, _ = yield from script
+            found = grep_result(value)
+        return found if path is not None else _below_working_directory(found)
 
     # -- delete / mkdir ------------------------------------------------------------------
 
@@ -736,6 +747,21 @@ def _directory_names(name: str, values: object) -> tuple[bytes, ...]:
             )
         names.append(raw)
     return tuple(names)
+
+
+def _below_working_directory(found: GrepResult) -> GrepResult:
+    """A search of ``.`` with its ``./`` taken off each path (the root itself,
+    unreadable, stays ``.``): the paths of a ``grep`` without a path."""
+
+    def relative(path: str) -> str:
+        return path[2:] if path.startswith("./") else path
+
+    return found.model_copy(
+        update={
+            "matches": [match.model_copy(update={"path": relative(match.path)}) for match in found.matches],
+            "unreadable": [relative(path) for path in found.unreadable],
+        }
+    )
 
 
 def _pattern(pattern: str) -> str:

@@ -117,11 +117,36 @@ class Listing:
     cursor: str | None = None
     done: bool = False
 
+    def __post_init__(self) -> None:
+        if self.labels is not None:
+            self.labels = checked_labels(self.labels)
+
     def next_page(self) -> Flow[builtins.list[SandboxInfo]]:
         """The next page's sandboxes, moving the cursor on (``done`` after the last page)."""
         page: SandboxPage = yield List(self.labels, self.cursor, self.page_size)
         self.cursor, self.done = page.next_cursor, page.next_cursor is None
         return page.items
+
+
+def checked_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
+    """A copy of ``labels`` (``None``: none), or :class:`~sandbox_sdk.errors.InvalidArgumentError`
+    before anything is made or looked up: labels select and name sandboxes, so a
+    list of names or a number as a value would otherwise fail deep in a provider
+    (or, stored, never match again)."""
+    if labels is None:
+        return {}
+    if not isinstance(labels, Mapping):
+        raise errors.InvalidArgumentError(
+            f"labels must be a mapping of str to str, such as {{'thread': 'a'}},"
+            f" not {type(labels).__name__}: {labels!r}"
+        )
+    for key, value in labels.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise errors.InvalidArgumentError(
+                f"labels must map str to str, not {type(key).__name__} to {type(value).__name__}:"
+                f" {key!r}: {value!r}"
+            )
+    return dict(labels)
 
 
 def with_lifetime(options: dict[str, Any], ttl: float | None, idle_timeout: float | None) -> dict[str, Any]:
@@ -211,9 +236,9 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
         Every provider takes ``ttl`` (seconds from creation) and
         ``idle_timeout`` (seconds unused; ``None``: the provider's default);
         ``options`` are the provider's own (docs/lifecycle.md)."""
-        options = with_lifetime(options, ttl, idle_timeout)
-        sandbox: SandboxT = yield Create(dict(labels or {}), options)
-        lifecycle_log.info("%s: created sandbox %s labels=%s", self.name, sandbox.id, dict(labels or {}))
+        wanted, options = checked_labels(labels), with_lifetime(options, ttl, idle_timeout)
+        sandbox: SandboxT = yield Create(wanted, options)
+        lifecycle_log.info("%s: created sandbox %s labels=%s", self.name, sandbox.id, wanted)
         try:
             if not (yield from self._op_is_alive(sandbox)):
                 raise errors.SandboxRuntimeError(f"new sandbox {sandbox.id} failed its health check")
@@ -237,12 +262,12 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
         new one). With ``labels``: a live sandbox carrying exactly those labels,
         or a new one with them. With neither: a new sandbox. ``ttl``,
         ``idle_timeout`` and ``options`` are for a new one, as in ``create``."""
-        options = with_lifetime(options, ttl, idle_timeout)
+        wanted, options = checked_labels(labels), with_lifetime(options, ttl, idle_timeout)
         if sandbox_id is not None:
             return (yield from self._get_live(sandbox_id))
-        if not labels:
+        if not wanted:
             return (yield from self._op_create(**options))
-        return (yield from locked(labels, self._reuse_or_create(labels, options)))
+        return (yield from locked(wanted, self._reuse_or_create(wanted, options)))
 
     def _get_live(self, sandbox_id: str) -> Flow[SandboxT]:
         """That sandbox, checked alive; ``SandboxNotFoundError`` if it is missing or dead."""

@@ -164,13 +164,19 @@ class BaseSandbox(SandboxOperations):
         of that pid was started through ``start`` (docs/processes.md)."""
         return await self._adrive(self._op_process(pid))
 
-    def ls(self, path: PathArg = ".") -> list[FileInfo]:
-        """Entries of a directory, sorted by name (paged if the listing is huge)."""
+    def ls(self, path: PathArg | None = None) -> list[FileInfo]:
+        """Entries of a directory (the working directory without ``path``),
+        sorted by name (paged if the listing is huge). Each entry's ``path`` is
+        ``path`` joined with its name; without ``path``, its name, as ``glob``
+        and ``grep`` give paths relative to the working directory."""
         return self._drive(self._op_ls(path))
 
-    async def als(self, path: PathArg = ".") -> list[FileInfo]:
-        """Async twin of :meth:`ls`: entries of a directory, sorted by name (paged
-        if the listing is huge)."""
+    async def als(self, path: PathArg | None = None) -> list[FileInfo]:
+        """Async twin of :meth:`ls`: entries of a directory (the working directory
+        without ``path``), sorted by name (paged if the listing is huge). Each
+        entry's ``path`` is ``path`` joined with its name; without ``path``, its
+        name, as ``glob`` and ``grep`` give paths relative to the working
+        directory."""
         return await self._adrive(self._op_ls(path))
 
     def stat(self, path: PathArg) -> FileInfo:
@@ -242,7 +248,9 @@ class BaseSandbox(SandboxOperations):
         with ``include_hidden=True`` or a pattern segment that starts with one.
         A trailing ``/`` matches directories only. Unlike Python's glob,
         ``sub/**`` leaves out ``sub`` itself and ``[^a]`` negates as ``[!a]``
-        does (docs/protocol.md, "Glob patterns"). Directories that could not be
+        does (docs/protocol.md, "Glob patterns"). Paths are ``path`` joined with
+        the entry's path below it; without ``path``, relative to the working
+        directory, as ``ls`` and ``grep`` give them. Directories that could not be
         listed or searched are in ``unreadable``."""
         return self._drive(
             self._op_glob(pattern, path, include_hidden=include_hidden, max_results=max_results)
@@ -261,7 +269,9 @@ class BaseSandbox(SandboxOperations):
         with a dot match only with ``include_hidden=True`` or a pattern segment
         that starts with one. A trailing ``/`` matches directories only. Unlike
         Python's glob, ``sub/**`` leaves out ``sub`` itself and ``[^a]`` negates
-        as ``[!a]`` does (docs/protocol.md, "Glob patterns"). Directories that
+        as ``[!a]`` does (docs/protocol.md, "Glob patterns"). Paths are ``path``
+        joined with the entry's path below it; without ``path``, relative to the
+        working directory, as ``ls`` and ``grep`` give them. Directories that
         could not be listed or searched are in ``unreadable``."""
         return await self._adrive(
             self._op_glob(pattern, path, include_hidden=include_hidden, max_results=max_results)
@@ -282,7 +292,9 @@ class BaseSandbox(SandboxOperations):
         in regular files below ``path``, optionally only files matching ``glob``.
         Directories below ``path`` named one of ``exclude_dirs`` (whole names, at
         any depth; never ``path`` itself) are not searched: ``.git`` by default,
-        as deepagents does (docs/protocol.md, "grep")."""
+        as deepagents does (docs/protocol.md, "grep"). Paths are ``path`` joined
+        with the file's path below it; without ``path``, relative to the working
+        directory (no ``./``), as ``ls`` and ``glob`` give them."""
         return self._drive(
             self._op_grep(
                 pattern,
@@ -311,7 +323,9 @@ class BaseSandbox(SandboxOperations):
         optionally only files matching ``glob``. Directories below ``path``
         named one of ``exclude_dirs`` (whole names, at any depth; never ``path``
         itself) are not searched: ``.git`` by default, as deepagents does
-        (docs/protocol.md, "grep")."""
+        (docs/protocol.md, "grep"). Paths are ``path`` joined with the file's
+        path below it; without ``path``, relative to the working directory (no
+        ``./``), as ``ls`` and ``glob`` give them."""
         return await self._adrive(
             self._op_grep(
                 pattern,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, Literal
 
@@ -173,5 +174,19 @@ class SandboxInfo(_Model):
 
 
 class SandboxPage(_Model):
+    """One page of ``list``: its sandboxes in ``items``, and the cursor of the next
+    page (None on the last).
+
+    Iterating a page yields its sandboxes and ``len()`` counts them, as
+    ``for info in provider.list():`` is what people write first; pydantic's own
+    iteration would yield ``(field, value)`` pairs (``dict(page)`` is not
+    supported: use ``model_dump``)."""
+
     items: list[SandboxInfo]
     next_cursor: str | None = None
+
+    def __iter__(self) -> Iterator[SandboxInfo]:  # type: ignore[override]
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)

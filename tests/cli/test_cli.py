@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from sandbox_sdk.wire.security import CLIENT_TOKEN_ENV
+from tests.providers.remote.support import new_token, start_runner
+
 #: The console script installed next to this interpreter.
 SBX = Path(sys.executable).with_name("sbx")
 #: A file that takes well over the progress bar's "moment" to copy (uploads run at tens of MiB/s).
@@ -135,6 +138,23 @@ def test_create_list_and_rm(sbx: Sbx) -> None:
     assert sbx("rm", first).returncode == 0  # deleting what is gone succeeds, as in the API
 
 
+def test_rm_without_a_provider_takes_it_from_a_local_providers_id(tmp_path: Path) -> None:
+    sbx = Sbx(tmp_path, "")  # neither --provider nor $SANDBOX_SDK_PROVIDER: bwrap by default
+    sandbox_id = sbx("create", "-p", "local").stdout.strip()
+    assert sbx("rm", sandbox_id).stdout.split() == [sandbox_id]
+    assert json.loads(sbx("list", "--json", "-p", "local").stdout) == []
+
+
+def test_rm_refuses_an_id_its_provider_cannot_have_made(sbx: Sbx, sandbox: str) -> None:
+    other = "bwrap" if sbx.provider == "local" else "local"
+    for bad, hint in (("not-an-id", "give its provider with --provider"), (f"{other}-{'0' * 24}", other)):
+        done = sbx("rm", sandbox, bad, check=False)
+        assert done.returncode == 2, done.stderr
+        assert f"'{bad}' is not a {sbx.provider} sandbox id" in done.stderr and hint in done.stderr
+        assert done.stdout == ""
+    assert [info["id"] for info in json.loads(sbx("list", "--json").stdout)] == [sandbox]  # nothing deleted
+
+
 def test_the_provider_comes_from_the_option_else_the_environment(tmp_path: Path) -> None:
     sbx = Sbx(tmp_path, "bwrap")
     sandbox_id = sbx("create", "--provider", "local").stdout.strip()
@@ -151,6 +171,25 @@ def test_reap_deletes_the_expired(sbx: Sbx) -> None:
         time.sleep(0.5)
     assert reaped == [expiring]
     assert [info["id"] for info in json.loads(sbx("list", "--json").stdout)] == [kept]
+
+
+def test_reap_on_a_remote_runner(tmp_path: Path) -> None:
+    """The runner's sandboxes live on its machine: ``reap`` deletes its expired ones."""
+    token = new_token()
+    runner = start_runner(tmp_path, token)
+    try:
+        sbx = Sbx(
+            tmp_path / "state", "remote", env={"SANDBOX_SDK_REMOTE_URL": runner.url, CLIENT_TOKEN_ENV: token}
+        )
+        expiring = sbx("create", "--idle-timeout", "1").stdout.strip()
+        kept = sbx("create").stdout.strip()
+        deadline = time.monotonic() + 60
+        while (reaped := sbx("reap").stdout.split()) == [] and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert reaped == [expiring]
+        assert [info["id"] for info in json.loads(sbx("list", "--json").stdout)] == [kept]
+    finally:
+        runner.stop()
 
 
 def test_reap_on_a_platform_that_expires_its_own(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import anyio
 import pytest
 
 from sandbox_sdk import errors, get_provider
-from sandbox_sdk.provider_kit.host_state import HostStateProvider
+from sandbox_sdk.provider_kit.host_state import HostStateProvider, SandboxRecord
 
 #: What a provider's conftest supplies as the ``provider_class`` fixture.
 ProviderClass = type[HostStateProvider[Any]]
@@ -62,9 +62,12 @@ def leftovers(provider: HostStateProvider[Any]) -> list[str]:
     return sorted(os.listdir(provider.store.sandboxes_dir))
 
 
-def run_python(code: str) -> subprocess.Popen[str]:
+def run_python(code: str, *, stdin: bool = False) -> subprocess.Popen[str]:
+    """``code`` in a new interpreter, its output read by the caller (and its
+    input written by the caller with ``stdin``)."""
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code)],
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -111,6 +114,8 @@ class HostStateLifecycleTests:
             provider.create(ttl=-1)
         with pytest.raises(errors.InvalidArgumentError, match="labels"):
             provider.create(labels={"n": 1})  # type: ignore[dict-item]
+        with pytest.raises(errors.InvalidArgumentError, match="mapping of str to str"):
+            provider.create(labels=["a"])  # type: ignore[arg-type]
         with pytest.raises(errors.InvalidArgumentError, match="cursor"):
             provider.list(cursor="../../etc")
         assert leftovers(provider) == []
@@ -136,15 +141,23 @@ class HostStateLifecycleTests:
     def test_two_processes_racing_on_one_label_get_the_same_sandbox(
         self, provider_class: ProviderClass, state_dir: Path
     ) -> None:
-        start_at = time.time() + 1.5  # both children import first, then start together
+        """Each child imports and opens the provider, says so, and waits for the word
+        to go, given once every child is ready: they race from the same moment."""
         code = f"""
-            import time
+            import sys
             from sandbox_sdk import get_provider
             provider = get_provider({provider_class.name!r}, state_dir={str(state_dir)!r})
-            time.sleep(max(0.0, {start_at!r} - time.time()))
+            print("ready", flush=True)
+            sys.stdin.readline()
             print(provider.get_or_create(labels={{"thread": "contended"}}).id)
         """
-        children = [run_python(code) for _ in range(3)]
+        children = [run_python(code, stdin=True) for _ in range(3)]
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
         ids = set()
         for child in children:
             out, err = child.communicate(timeout=60)
@@ -171,7 +184,9 @@ class HostStateLifecycleTests:
         assert [info.id for info in provider.iter_sandboxes()] == ids[:1]
 
     @pytest.mark.slow
-    def test_pagination_over_a_thousand_sandboxes(self, provider: HostStateProvider[Any]) -> None:
+    def test_pagination_over_a_thousand_sandboxes(
+        self, provider: HostStateProvider[Any], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         made = [provider._create(labels={"batch": "big", "parity": str(n % 2)}).id for n in range(1000)]
         assert made == sorted(made)  # ids sort by creation time: the list order
         seen: list[str] = []
@@ -187,9 +202,16 @@ class HostStateLifecycleTests:
         odd = [info.id for info in provider.iter_sandboxes(labels={"parity": "1"}, page_size=100)]
         assert odd == made[1::2]
         # a page reads only the metadata it returns, so the last page is as cheap as the first
-        started = time.perf_counter()
+        loaded: list[str] = []
+        load = provider.store.load
+
+        def counted(sandbox_id: str) -> SandboxRecord:
+            loaded.append(sandbox_id)
+            return load(sandbox_id)
+
+        monkeypatch.setattr(provider.store, "load", counted)
         assert [info.id for info in provider.list(cursor=made[-3], limit=10).items] == made[-2:]
-        assert time.perf_counter() - started < 1.0
+        assert loaded == made[-2:]
 
     def test_failed_setup_rolls_the_sandbox_back(self, provider: HostStateProvider[Any]) -> None:
         with pytest.raises(errors.SandboxRuntimeError, match=r"setup .* failed \(exit 3\).*broken step"):

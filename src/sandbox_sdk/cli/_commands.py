@@ -16,7 +16,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, TextIO, get_args
+from typing import Any, Protocol, TextIO, get_args, runtime_checkable
 
 import click
 from rich.console import Console
@@ -35,8 +35,19 @@ from sandbox_sdk import (
 from sandbox_sdk.cli._copy import copy
 from sandbox_sdk.cli._shell import run_shell
 from sandbox_sdk.cli._text import shown
+from sandbox_sdk.provider_kit.host_state import ID_PATTERN, HostStateProvider
 from sandbox_sdk.registry import DEFAULT_PROVIDER, PROVIDER_ENV, install_hint
 from sandbox_sdk.transfer import SymlinkPolicy
+
+
+@runtime_checkable
+class Reaper(Protocol):
+    """A provider whose expired sandboxes only it deletes: the local ones,
+    docker, and a remote runner's (the cloud platforms expire theirs
+    themselves)."""
+
+    def reap(self) -> list[str]: ...
+
 
 #: ``ls`` shows each entry's type as ``stat.filemode`` does.
 TYPE_BITS = {"file": stat.S_IFREG, "dir": stat.S_IFDIR, "symlink": stat.S_IFLNK, "other": 0}
@@ -287,24 +298,58 @@ def long_line(entry: FileInfo) -> str:
 @cli.command("rm")
 @provider_option
 @click.argument("sandbox_ids", metavar="ID...", nargs=-1, required=True)
-def remove(provider: str, sandbox_ids: tuple[str, ...]) -> None:
-    """Delete sandboxes (one that does not exist is no error, as in the API)."""
-    with opened(provider) as sandboxes:
-        for sandbox_id in sandbox_ids:
-            sandboxes.delete(sandbox_id=sandbox_id)
+@click.pass_context
+def remove(ctx: click.Context, provider: str, sandbox_ids: tuple[str, ...]) -> None:
+    """Delete sandboxes (one that does not exist is no error, as in the API).
+
+    Without --provider or $SANDBOX_SDK_PROVIDER, a local provider's id
+    (local-..., bwrap-...) chooses its provider. An id that cannot be the
+    provider's own is refused before anything is deleted: deleting it would
+    succeed and delete nothing."""
+    chosen = ctx.get_parameter_source("provider") is not click.core.ParameterSource.DEFAULT
+    owners = {
+        sandbox_id: provider if chosen else id_owner(sandbox_id) or provider for sandbox_id in sandbox_ids
+    }
+    with contextlib.ExitStack() as stack:
+        providers = {name: stack.enter_context(opened(name)) for name in dict.fromkeys(owners.values())}
+        for sandbox_id, name in owners.items():
+            check_own_id(providers[name], sandbox_id)
+        for sandbox_id, name in owners.items():
+            providers[name].delete(sandbox_id=sandbox_id)
             click.echo(shown(sandbox_id))
+
+
+def id_owner(sandbox_id: str) -> str | None:
+    """The registered provider a local provider's id names (``bwrap-<hex>``: bwrap), if any."""
+    prefix = sandbox_id.partition("-")[0]
+    if ID_PATTERN.fullmatch(sandbox_id) and prefix in available_providers():
+        return prefix
+    return None
+
+
+def check_own_id(provider: SandboxProvider[Any], sandbox_id: str) -> None:
+    """A usage error (exit status 2) for an id a local provider cannot have made;
+    a cloud platform's ids have no form to check here."""
+    if not isinstance(provider, HostStateProvider) or (
+        ID_PATTERN.fullmatch(sandbox_id) and sandbox_id.startswith(f"{provider.name}-")
+    ):
+        return
+    owner = id_owner(sandbox_id)
+    hint = f"it is a {owner} sandbox's (--provider {owner})" if owner else "give its provider with --provider"
+    raise click.UsageError(
+        f"{shown(sandbox_id)!r} is not a {provider.name} sandbox id ({provider.name}-<24 hex digits>): {hint}"
+    )
 
 
 @cli.command()
 @provider_option
 def reap(provider: str) -> None:
-    """Delete every expired sandbox and print their ids."""
+    """Delete every expired sandbox and print their ids (on a remote runner's
+    machine too: what it keeps, nothing else expires)."""
     with opened(provider) as sandboxes:
-        # The local providers and docker reap; cloud platforms expire their sandboxes themselves.
-        reap_expired = getattr(sandboxes, "reap", None)
-        if not callable(reap_expired):
+        if not isinstance(sandboxes, Reaper):
             raise click.ClickException(
                 f"provider {provider!r} has nothing to reap: its platform removes expired sandboxes itself"
             )
-        for sandbox_id in reap_expired():
+        for sandbox_id in sandboxes.reap():
             click.echo(shown(sandbox_id))

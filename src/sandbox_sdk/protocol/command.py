@@ -190,6 +190,15 @@ def _b64(data: bytes) -> str:
 
 
 def command_overhead(op: str, args: Mapping[str, Any], scratch_dir: str) -> int:
-    """Bytes a command for operation ``op`` with ``args`` costs before any blob is added."""
-    command, _ = build_command(module_of(op), {**args, "op": op}, scripts_dir=scripts_dir_in(scratch_dir))
-    return len(command.encode("utf-8")) + 2  # the newline that each blob adds, and slack
+    """Bytes a command for operation ``op`` with ``args`` costs before any blob is
+    added, in the largest form it may be sent in (carrying its script, and asking
+    the operation server first, over a channel or not), so what is packed to it
+    fits whichever form the session picks."""
+    scripts_dir = scripts_dir_in(scratch_dir)
+    forms = [
+        build_command(
+            module_of(op), {**args, "op": op}, scripts_dir=scripts_dir, served=served, channel=channel
+        )[0]
+        for served, channel in ((False, False), (True, False), (True, True))
+    ]
+    return max(len(command.encode("utf-8")) for command in forms) + 2  # the newline each blob adds, and slack

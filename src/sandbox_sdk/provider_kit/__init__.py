@@ -8,7 +8,10 @@ and :class:`~sandbox_sdk.SandboxProvider`; the shipped providers use the same.
   as ``max_command_bytes`` when using it, :data:`TIMEOUT_EXIT_CODE`.
   :func:`arun_process` is its ``aexecute`` twin, which kills the group when
   the call is cancelled.
-- Checking arguments before any round trip: :func:`check_path`.
+- Checking arguments before any round trip: :func:`check_path`, and
+  :func:`command_seconds` for ``execute``'s ``timeout`` (``None`` or ``0``:
+  your default, as ``run`` reads it), :func:`check_timeout` where the default
+  is another side's (``None`` for it).
 - Native streaming of a command's output: override
   ``BaseSandbox._stream_command``, which gets a :class:`Command` and an
   :data:`OutputSink` (see docs/processes.md); :class:`Collected` keeps the
@@ -32,7 +35,16 @@ and :class:`~sandbox_sdk.SandboxProvider`; the shipped providers use the same.
   ``bwrap`` use it.
 """
 
-from sandbox_sdk._core import NativeRequest, Operation, Pipeline, Request, check_path, new_token
+from sandbox_sdk._core import (
+    NativeRequest,
+    Operation,
+    Pipeline,
+    Request,
+    check_path,
+    check_timeout,
+    command_seconds,
+    new_token,
+)
 from sandbox_sdk._kernel import can_clean_up
 from sandbox_sdk._process import Collected, Command, OutputSink
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE
@@ -85,6 +97,8 @@ __all__ = [
     "can_clean_up",
     "check_path",
     "check_seconds",
+    "check_timeout",
+    "command_seconds",
     "download_result",
     "kill_group",
     "mark_used",

@@ -335,7 +335,7 @@ class HostStateProvider(SandboxProvider[SandboxT]):
         its directory, already renamed away): nothing by default."""
 
     def _create(self, *, labels: dict[str, str], **options: Any) -> SandboxT:
-        ttl, idle_timeout, setup = self._check_options(labels, options)
+        ttl, idle_timeout, setup = self._check_options(options)
         sandbox_id = self.store.new_id()
 
         def build(staging: Path) -> SandboxRecord:
@@ -359,10 +359,8 @@ class HostStateProvider(SandboxProvider[SandboxT]):
             raise
         return sandbox
 
-    def _check_options(
-        self, labels: dict[str, str], options: dict[str, Any]
-    ) -> tuple[float | None, float | None, str | None]:
-        """Refuse bad labels and options before anything exists; take the common
+    def _check_options(self, options: dict[str, Any]) -> tuple[float | None, float | None, str | None]:
+        """Refuse bad options before anything exists (``create`` checked the labels); take the common
         options out of ``options`` and return them (``ttl``, ``idle_timeout``,
         ``setup``), leaving the subclass's own."""
         unknown = set(options) - COMMON_OPTIONS - self.extra_options
@@ -370,9 +368,6 @@ class HostStateProvider(SandboxProvider[SandboxT]):
             raise errors.InvalidArgumentError(
                 f"unknown option(s) for the {self.name} provider: {', '.join(sorted(unknown))}"
             )
-        for key, value in labels.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise errors.InvalidArgumentError("labels must map str to str")
         ttl = check_seconds("ttl", options.pop("ttl", None))
         idle_timeout = check_seconds("idle_timeout", options.pop("idle_timeout", None))
         setup = options.pop("setup", None)

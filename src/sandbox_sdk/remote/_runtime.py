@@ -391,15 +391,27 @@ def make_parents(dest: bytes) -> None:
             raise fail_from_oserror(exc, dest) from None
 
 
-def write_new(tmp: bytes, data: bytes) -> None:
-    fd = posix.open(tmp, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_CLOEXEC, 0o666)
+def staging_failure(exc: OSError, dest: bytes) -> Fail:
+    """A failure to write ``dest`` through its staging file, named as the caller
+    named it: the staging file's name is the SDK's, not theirs."""
+    return Fail(
+        errno_code(exc.errno or 0), "cannot write the file: %s" % (exc.strerror or exc), dest, errno=exc.errno
+    )
+
+
+def write_new(tmp: bytes, data: bytes, dest: bytes) -> None:
+    """``data`` into the new staging file ``tmp`` of ``dest``."""
     try:
-        view = memoryview(data)
-        while view:
-            view = view[posix.write(fd, view) :]
-        posix.fsync(fd)
-    finally:
-        posix.close(fd)
+        fd = posix.open(tmp, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_CLOEXEC, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[posix.write(fd, view) :]
+            posix.fsync(fd)
+        finally:
+            posix.close(fd)
+    except OSError as exc:
+        raise staging_failure(exc, dest) from None
 
 
 def commit(tmp: bytes, dest: bytes, overwrite: bool) -> None:

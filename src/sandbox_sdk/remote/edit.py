@@ -98,7 +98,7 @@ def edit(args: Args, blobs: Blobs) -> Tuple[EditReply, Blobs]:
             )
         tmp = temp_name(dest, args["token"])
         try:
-            write_new(tmp, content.replace(old, new))
+            write_new(tmp, content.replace(old, new), dest)
         except BaseException:
             remove_quietly(tmp)
             raise

@@ -23,6 +23,7 @@ from sandbox_sdk.remote._runtime import (
     remove_quietly,
     resolve_target,
     sha256_hex,
+    staging_failure,
     sweep_stale,
     temp_name,
     unb64,
@@ -30,7 +31,7 @@ from sandbox_sdk.remote._runtime import (
 )
 
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Tuple, TypedDict
+    from typing import Any, Dict, List, Optional, Tuple, TypedDict
 
     from sandbox_sdk.remote._runtime import Args, Blobs, Empty
 
@@ -61,7 +62,7 @@ def put(dest: bytes, data: bytes, overwrite: bool, token: str) -> None:
     tmp = temp_name(dest, token)
     with DirLock(dest):
         try:
-            write_new(tmp, data)
+            write_new(tmp, data, dest)
         except BaseException:
             remove_quietly(tmp)
             raise
@@ -121,17 +122,20 @@ def stage(args: Args, blobs: Blobs) -> Tuple[StageReply, Blobs]:
             flags = posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL
         else:
             flags = posix.O_WRONLY
-        fd = posix.open(tmp, flags | posix.O_CLOEXEC, 0o666)
         try:
-            if offset == 0:
-                sweep_stale(dirname(tmp), posix.fstat(fd).st_mtime)
-            posix.pwrite(fd, data, offset)
-            if final:
-                posix.fsync(fd)
-        finally:
-            posix.close(fd)
+            fd = posix.open(tmp, flags | posix.O_CLOEXEC, 0o666)
+            try:
+                if offset == 0:
+                    sweep_stale(dirname(tmp), posix.fstat(fd).st_mtime)
+                posix.pwrite(fd, data, offset)
+                if final:
+                    posix.fsync(fd)
+            finally:
+                posix.close(fd)
+        except OSError as exc:
+            raise staging_failure(exc, dest) from None
         if final:
-            verify(tmp, final["size"], final["sha256"])
+            verify(tmp, final["size"], final["sha256"], dest)
             with DirLock(dest):
                 commit(tmp, dest, args["overwrite"])
     except BaseException:
@@ -162,14 +166,16 @@ def make_link(tmp: bytes, link: bytes) -> bool:
     return True
 
 
-def verify(path: bytes, size: int, sha256: str) -> None:
-    """Fail unless the regular file ``path`` holds ``size`` bytes with this SHA-256."""
+def verify(path: bytes, size: int, sha256: str, dest: Optional[bytes] = None) -> None:
+    """Fail unless the regular file ``path`` holds ``size`` bytes with this SHA-256;
+    a failure names ``dest`` (the file ``path`` stages) where given."""
+    dest = path if dest is None else dest
     with open_regular(path) as f:
         actual = posix.fstat(f.fileno()).st_size
         if actual != size:
-            raise Fail("INTEGRITY", "staged %d bytes, expected %d" % (actual, size), path)
+            raise Fail("INTEGRITY", "%d bytes arrived of the %d sent" % (actual, size), dest)
         if file_sha256(f) != sha256:
-            raise Fail("INTEGRITY", "SHA-256 of the staged file does not match what was sent", path)
+            raise Fail("INTEGRITY", "what arrived does not match the SHA-256 of what was sent", dest)
 
 
 def landed(args: Args, blobs: Blobs) -> Tuple[LandedReply, Blobs]:

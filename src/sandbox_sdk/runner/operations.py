@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sandbox_sdk import errors
 from sandbox_sdk.provider import SandboxProvider
+from sandbox_sdk.provider_kit.host_state import HostStateProvider
 
 #: ``create`` options a client may pass; the rest (``network``, ``limits``)
 #: are the runner owner's to set.
@@ -40,6 +41,10 @@ class _SandboxArgs(_Args):
 class _CreateArgs(_Args):
     labels: dict[str, str] = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
+
+
+class _NoArgs(_Args):
+    pass
 
 
 class _ListArgs(_Args):
@@ -72,6 +77,9 @@ class Operations:
             if op == "delete":
                 self.backend.delete(sandbox_id=_SandboxArgs.model_validate(args).sandbox)
                 return {}, b""
+            if op == "reap":
+                _NoArgs.model_validate(args)
+                return {"reaped": self._reap()}, b""
         except ValidationError as exc:
             raise errors.InvalidArgumentError(f"{op}: invalid arguments: {exc}") from None
         raise errors.InvalidArgumentError(f"unknown operation {op!r}")
@@ -82,6 +90,15 @@ class Operations:
         response = sandbox.execute(command.decode("utf-8", "surrogateescape"), timeout=timeout)
         result = response.model_dump(exclude={"output"})
         return result, response.output.encode("utf-8")
+
+    def _reap(self) -> list[str]:
+        """Delete the backend's expired sandboxes (its ``reap``); their ids. The
+        runner's backends keep sandboxes on its machine, which nothing else expires."""
+        if not isinstance(self.backend, HostStateProvider):
+            raise errors.InvalidArgumentError(
+                f"this runner's backend ({self.backend.name}) has nothing to reap"
+            )
+        return self.backend.reap()
 
     def _create(self, args: _CreateArgs) -> dict[str, Any]:
         refused = sorted(set(args.options) - CLIENT_OPTIONS)

@@ -134,7 +134,8 @@ class ProviderConformanceTests:
         pages = 0
         while True:
             page = provider.list(labels=run_labels, cursor=cursor, limit=2)
-            assert len(page.items) <= 2
+            assert len(page) == len(page.items) <= 2
+            assert list(page) == page.items  # a page iterates over its sandboxes
             seen += [info.id for info in page.items]
             pages += 1
             if page.next_cursor is None:

@@ -9,13 +9,14 @@ Providers with a native file API run it against their override; the
     class TestMyTransfers(TransferContractTests):
         @pytest.fixture(scope="class")
         @classmethod
-        def sandbox(cls):
-            with MySandbox() as sb:
-                yield sb
+        def sandbox(cls, provider: MyProvider) -> Iterator[BaseSandbox]:
+            yield from provided_sandbox(provider, "conformance")
 
 Every test works in its own fresh directory and checks results through the
 sandbox's own API. Declare what the platform cannot do in ``known_gaps``
-(``{"test_name": "reason"}``): each becomes a strict xfail.
+(``{"test_name": "reason"}``, or a :class:`~sandbox_sdk.testing.Gap` for a
+check that raises something other than ``AssertionError``): each becomes a
+strict xfail naming what the check raises.
 """
 
 from __future__ import annotations

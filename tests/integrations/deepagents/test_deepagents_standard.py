@@ -63,7 +63,7 @@ class DeepAgentsStandardTests(SandboxIntegrationTests):
     def changed_in_0_7(self, request: pytest.FixtureRequest) -> None:
         reason = CHANGED_IN_0_7.get(request.node.originalname)
         if PROTOCOL_0_7 and reason:
-            request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+            request.applymarker(pytest.mark.xfail(strict=True, reason=reason, raises=AssertionError))
 
     @staticmethod
     def cleanup(backend: DeepAgentsBackend, root_dir: str) -> None:

@@ -102,7 +102,7 @@ async def sandbox_env(request: pytest.FixtureRequest) -> AsyncIterator[SandboxEn
         pytest.skip(NOT_APPLICABLE[check])
     reason = gaps(request.param).get(check)
     if reason is not None:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason, raises=AssertionError))
     config: SandboxSDKConfig = request.getfixturevalue(f"{request.param}_config")
     with host_tmp_locked() if request.param in HOST_USER else contextlib.nullcontext():
         environments = await SandboxSDKEnvironment.sample_init("self_check", config, {})

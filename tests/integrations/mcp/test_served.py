@@ -142,6 +142,35 @@ def test_a_provider_that_cannot_be_used_exits_1(capsys: pytest.CaptureFixture[st
     assert "no sandbox provider named 'no-such-provider'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "environment", "chosen"),
+    [
+        ([], {"SANDBOX_SDK_PROVIDER": "general"}, "general"),
+        ([], {"SANDBOX_SDK_PROVIDER": "general", "SANDBOX_SDK_MCP_PROVIDER": "mcp-own"}, "mcp-own"),
+        ([], {"SANDBOX_SDK_PROVIDER": "general", "SANDBOX_SDK_MCP_PROVIDER": ""}, "general"),
+        (
+            ["--provider", "flag"],
+            {"SANDBOX_SDK_PROVIDER": "general", "SANDBOX_SDK_MCP_PROVIDER": "mcp-own"},
+            "flag",
+        ),
+    ],
+)
+def test_the_provider_is_the_flag_else_the_servers_variable_else_the_sdks(
+    argv: list[str],
+    environment: dict[str, str],
+    chosen: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each name is one no provider has, so the server says which one it tried."""
+    for name in ("SANDBOX_SDK_PROVIDER", "SANDBOX_SDK_MCP_PROVIDER"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert main(argv) == 1
+    assert f"no sandbox provider named {chosen!r}" in capsys.readouterr().err
+
+
 def test_labels_must_be_key_value(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--label", "nokey"])

@@ -1,8 +1,9 @@
 """The local provider's part of the process model: an interrupted call
 (a cancelled ``aexecute`` or one-trip ``arun``, Ctrl-C in ``execute``) kills
 the command's whole group before it returns, and a host process killed by a
-signal exits 128+N. Each test checks that a file the command would write
-later never appears, or (Ctrl-C) that the command's processes are gone."""
+signal exits 128+N. Each interrupting test waits until the command has
+started (it writes its pids) and then until its processes are gone: no
+fixed delay, which load could make fall before the start or after the end."""
 
 from __future__ import annotations
 
@@ -19,41 +20,21 @@ import pytest
 from sandbox_sdk.provider_kit import run_process
 from sandbox_sdk.providers.local import LocalSandbox
 
-#: Writes ``late`` after two seconds, from a background child as well as the shell.
-LATE_WRITER = "(sleep 2; touch late-child) & sleep 2; touch late"
-
-
-def assert_nothing_written_later(root: Path) -> None:
-    time.sleep(3)
-    assert sorted(p.name for p in root.iterdir() if p.name.startswith("late")) == []
-
+#: Records the pids of its shell and of a background child, then would run a minute.
+LONG_RUNNER = "(sleep 60; touch late-child) & echo $$ $! > pids; sleep 60; touch late"
+#: Longest a test waits for the command to start, or for its processes to end once interrupted.
+WAIT_SECONDS = 30.0
 
 CALLS: dict[str, Callable[[LocalSandbox], Awaitable[object]]] = {
-    "aexecute": lambda local: local.aexecute(LATE_WRITER),
-    "arun": lambda local: local.arun(LATE_WRITER),
-    "arun-env": lambda local: local.arun(LATE_WRITER, env={"A": "1"}),
+    "aexecute": lambda local: local.aexecute(LONG_RUNNER),
+    "arun": lambda local: local.arun(LONG_RUNNER),
+    "arun-env": lambda local: local.arun(LONG_RUNNER, env={"A": "1"}),
 }
 
 
-@pytest.mark.parametrize("call", CALLS)
-async def test_an_anyio_cancel_scope_kills_the_command(local: LocalSandbox, call: str) -> None:
-    started = time.monotonic()
-    with anyio.move_on_after(0.5) as scope:
-        await CALLS[call](local)
-    assert scope.cancelled_caught
-    assert time.monotonic() - started < 2
-    assert_nothing_written_later(local.root_dir)
-
-
-@pytest.mark.parametrize("call", CALLS)
-async def test_asyncio_wait_for_kills_the_command(local: LocalSandbox, call: str) -> None:
-    with pytest.raises(asyncio.TimeoutError):
-        await asyncio.wait_for(CALLS[call](local), 0.5)
-    assert_nothing_written_later(local.root_dir)
-
-
-#: Records the pids of its shell and of a background child, then would run a minute.
-LONG_RUNNER = "(sleep 60; touch late-child) & echo $$ $! > pids; sleep 60; touch late"
+def started(pids: Path) -> bool:
+    """Whether the command has written its pids (the whole line)."""
+    return pids.exists() and pids.read_text().endswith("\n")
 
 
 def running(pid: int) -> bool:
@@ -65,11 +46,56 @@ def running(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
+def assert_gone(pids: Path) -> None:
+    """The interrupted command's shell and background child end (SIGKILLed, they
+    may take a moment), and neither got to write what it would have later."""
+    shell, child = (int(pid) for pid in pids.read_text().split())
+    deadline = time.monotonic() + WAIT_SECONDS
+    while running(shell) or running(child):
+        assert time.monotonic() < deadline, "the interrupted command still runs"
+        time.sleep(0.1)
+    assert sorted(p.name for p in pids.parent.iterdir() if p.name.startswith("late")) == []
+
+
+async def until_started(pids: Path) -> None:
+    with anyio.fail_after(WAIT_SECONDS):
+        while not started(pids):
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.parametrize("call", CALLS)
+async def test_an_anyio_cancel_scope_kills_the_command(local: LocalSandbox, call: str) -> None:
+    pids = local.root_dir / "pids"
+
+    async def cancel_once_started(scope: anyio.CancelScope) -> None:
+        await until_started(pids)
+        scope.cancel()
+
+    async with anyio.create_task_group() as group:
+        with anyio.CancelScope() as scope:
+            group.start_soon(cancel_once_started, scope)
+            await CALLS[call](local)
+    assert scope.cancelled_caught
+    assert_gone(pids)
+
+
+@pytest.mark.parametrize("call", CALLS)
+async def test_an_asyncio_cancellation_kills_the_command(local: LocalSandbox, call: str) -> None:
+    """What ``asyncio.wait_for`` does at its timeout: cancel the task."""
+    pids = local.root_dir / "pids"
+    task = asyncio.ensure_future(CALLS[call](local))
+    await until_started(pids)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert_gone(pids)
+
+
 def interrupt_once_started(pids: Path, stop: threading.Event) -> None:
     """Ctrl-C in the main thread once the command has written ``pids`` (at once after
     30 s without): a fixed delay could fall after the end of a command slowed by load."""
-    deadline = time.monotonic() + 30
-    while not (pids.exists() and pids.read_text().endswith("\n")):
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not started(pids):
         if stop.wait(0.05) or time.monotonic() > deadline:
             break
     if not stop.is_set():
@@ -88,11 +114,7 @@ def test_ctrl_c_kills_the_command(local: LocalSandbox, call: str) -> None:
     finally:
         stop.set()
         interrupter.join()
-    shell, child = (int(pid) for pid in pids.read_text().split())
-    deadline = time.monotonic() + 30
-    while running(shell) or running(child):  # SIGKILLed, they may take a moment to end
-        assert time.monotonic() < deadline, "the interrupted command still runs"
-        time.sleep(0.1)
+    assert_gone(pids)
 
 
 @pytest.mark.parametrize(

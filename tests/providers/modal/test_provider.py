@@ -203,7 +203,7 @@ def test_create_options_pass_through(provider: ModalProvider) -> None:
     assert sandbox.execute("echo $FROM_CREATE").output == "yes\n"
     with pytest.raises(errors.InvalidArgumentError, match="unknown Modal sandbox options"):
         provider.create(ttl_minutes=5)
-    with pytest.raises(errors.InvalidArgumentError, match="invalid label"):
+    with pytest.raises(errors.InvalidArgumentError, match="labels"):
         provider.create(labels={"n": 1})  # type: ignore[dict-item]
 
 

@@ -138,7 +138,7 @@ def test_an_execute_costs_three_requests(sandbox: ModalSandbox, modal_server: Fa
 def test_fractional_timeouts_round_up_and_bad_ones_are_refused(sandbox: ModalSandbox) -> None:
     assert sandbox.execute("sleep 0.3; echo done", timeout=0.1).output == "done\n"
     with pytest.raises(errors.InvalidArgumentError):
-        sandbox.execute("true", timeout=0)
+        sandbox.execute("true", timeout=-0.5)
 
 
 def test_output_cap_and_order_of_merged_streams(provider: ModalProvider) -> None:

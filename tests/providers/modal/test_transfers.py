@@ -17,6 +17,9 @@ from sandbox_sdk.providers.modal import ModalProvider, ModalSandbox
 from sandbox_sdk.testing import TransferContractTests, provided_sandbox
 from tests.providers.modal.fake_server import FakeModalServer
 
+#: A name with a byte that is not UTF-8, as ``os.fsdecode`` gives it.
+NOT_UTF8 = os.fsdecode(b"not-utf8-\xff")
+
 
 class TestModalTransferContract(TransferContractTests):
     known_gaps = {  # noqa: RUF012 - the kit's documented way to declare gaps
@@ -50,6 +53,7 @@ def test_upload_files_order_parents_and_per_file_errors(
             ("", b"empty path"),
             ("nul\0name", b"nul"),
             ("missing-local", tmp_path / "does-not-exist"),
+            (NOT_UTF8, b"a name Modal's file API cannot carry"),
         ]
     )
     assert [r.path for r in results] == [
@@ -60,11 +64,15 @@ def test_upload_files_order_parents_and_per_file_errors(
         "",
         "nul\0name",
         "missing-local",
+        NOT_UTF8,
     ]
     assert [r.error for r in results[:3]] == [None, None, "is_directory"]
     assert results[3].error is not None
     assert [r.error for r in results[4:6]] == ["invalid_path", "invalid_path"]
     assert results[6].error is not None and "cannot read local source" in results[6].error
+    assert results[7].error == "invalid_path"
+    downloads = sandbox.download_files([NOT_UTF8, "new/deep/one.txt"])
+    assert [(d.error, d.content) for d in downloads] == [("invalid_path", None), (None, b"one")]
     assert (root / "new/deep/one.txt").read_bytes() == b"one"
     assert (root / "abs.txt").read_bytes() == b"from disk"
     assert (root / "adir").is_dir() and (root / "afile").read_text() == "x"

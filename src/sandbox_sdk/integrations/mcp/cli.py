@@ -21,12 +21,12 @@ from mcp.server import MCPServer
 from starlette.applications import Starlette
 from starlette.types import StatelessLifespan
 
-from sandbox_sdk import errors, get_provider
+from sandbox_sdk import errors, get_provider, registry
 from sandbox_sdk.integrations.mcp.server import SandboxSource, create_server
 
-#: Environment variable naming the provider when ``--provider`` is not given.
+#: Environment variable naming this server's provider when ``--provider`` is not
+#: given; it wins over ``SANDBOX_SDK_PROVIDER``, which every tool of the SDK reads.
 PROVIDER_ENV = "SANDBOX_SDK_MCP_PROVIDER"
-DEFAULT_PROVIDER = "bwrap"
 DEFAULT_PORT = 8000
 
 
@@ -41,8 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The server's options: provider, which sandbox, transport."""
     parser.add_argument(
         "--provider",
-        default=os.environ.get(PROVIDER_ENV, DEFAULT_PROVIDER),
-        help=f"sandbox provider (default: ${PROVIDER_ENV}, else {DEFAULT_PROVIDER}); 'local' is not isolated",
+        help=f"sandbox provider (default: ${PROVIDER_ENV}, else ${registry.PROVIDER_ENV},"
+        f" else {registry.DEFAULT_PROVIDER}); 'local' is not isolated",
     )
     parser.add_argument(
         "--state-dir",
@@ -68,16 +68,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def provider_name(given: str | None) -> str:
+    """The provider to serve: ``--provider``, else ``$SANDBOX_SDK_MCP_PROVIDER``
+    (this server's own, for a client that sets one provider for its other tools),
+    else ``$SANDBOX_SDK_PROVIDER`` (as ``get_provider()`` and ``sbx`` read it),
+    else ``bwrap``. An empty value counts as unset."""
+    return (
+        given
+        or os.environ.get(PROVIDER_ENV)
+        or os.environ.get(registry.PROVIDER_ENV)
+        or registry.DEFAULT_PROVIDER
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until the client goes (stdio) or a signal; 1 if the provider cannot be used."""
     config = {"state_dir": args.state_dir} if args.state_dir else {}
+    name = provider_name(args.provider)
     try:
-        provider = get_provider(args.provider, **config)
+        provider = get_provider(name, **config)
     except (errors.SandboxError, TypeError) as exc:  # TypeError: a provider without a state dir
         print(f"sandbox-sdk mcp: {exc}", file=sys.stderr)
         return 1
     source = SandboxSource(provider, sandbox_id=args.sandbox_id, labels=dict(args.labels), keep=args.keep)
-    server = create_server(source, name=f"sandbox-{args.provider}")
+    server = create_server(source, name=f"sandbox-{name}")
     if args.transport == "stdio":
         anyio.run(_serve_stdio, server, source)
     else:

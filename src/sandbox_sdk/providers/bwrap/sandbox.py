@@ -24,6 +24,7 @@ from sandbox_sdk import errors, protocol
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.provider_kit import command_seconds
 from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script
 from sandbox_sdk.provider_kit.host_state import mark_used
 from sandbox_sdk.providers.bwrap import _keyring, _scripts, _seccomp
@@ -505,7 +506,7 @@ class BwrapSandbox(BaseSandbox):
                 script_fds,
                 channel=command.startswith(protocol.CHANNEL_REQUEST),
                 env=self.env,
-                timeout=self.resources.timeout if timeout is None else timeout,
+                timeout=command_seconds(timeout, self.resources.timeout),
                 max_output_bytes=self.limits.max_output_bytes,
                 cancelled=cancelled,
             )

@@ -37,6 +37,7 @@ from sandbox_sdk.provider_kit import (
     Progress,
     UploadSource,
     check_path,
+    command_seconds,
     download_result,
     open_upload_source,
     upload_result,
@@ -329,11 +330,9 @@ class DaytonaSandbox(BaseSandbox):
         return f"{self.shell} -c {shlex.quote(runner)} {self.shell} {shlex.quote(command)}"
 
     def _wire_timeout(self, timeout: float | None) -> int:
-        seconds = self.timeout if timeout is None else timeout
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
-            raise errors.InvalidArgumentError(
-                f"timeout must be a positive number of seconds, not {timeout!r}"
-            )
+        seconds = command_seconds(timeout, self.timeout)
+        if seconds == math.inf:
+            raise errors.InvalidArgumentError("timeout must be a finite number of seconds on Daytona")
         return max(1, math.ceil(seconds))
 
     def _response(self, output: str, exit_code: int | None) -> ExecuteResponse:

@@ -14,7 +14,7 @@ import docker
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse
-from sandbox_sdk.provider_kit import ARGV_COMMAND_BYTES, LARGE_COMMAND_BYTES
+from sandbox_sdk.provider_kit import ARGV_COMMAND_BYTES, LARGE_COMMAND_BYTES, command_seconds
 from sandbox_sdk.providers.docker._errors import translate_errors
 
 #: Default timeout of one ``execute`` in seconds.
@@ -102,7 +102,7 @@ class DockerSandbox(BaseSandbox):
         return self._id
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
-        seconds = self.timeout if timeout is None else timeout
+        seconds = command_seconds(timeout, self.timeout)
         started = time.monotonic()
         script = command.encode("utf-8")
         piped = len(script) > ARGV_COMMAND_BYTES

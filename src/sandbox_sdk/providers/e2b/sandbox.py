@@ -62,6 +62,7 @@ from sandbox_sdk.provider_kit import (
     UploadSource,
     can_clean_up,
     check_path,
+    command_seconds,
     download_result,
     new_token,
     open_upload_source,
@@ -810,7 +811,7 @@ class E2BSandbox(BaseSandbox):
 
     def _op_execute(self, command: str, timeout: float | None) -> Generator[SdkCall, Any, ExecuteResponse]:
         """Start the command and wait for its end; past its timeout, kill its process group."""
-        seconds = self.timeout if timeout is None else check_timeout(timeout)
+        seconds = command_seconds(timeout, self.timeout)
         run = _CommandRun(command, seconds, self.limits.max_output_bytes)
         handle: CommandHandle | AsyncCommandHandle | None = None
         try:

@@ -36,7 +36,10 @@ class LocalProvider(HostStateProvider[TrackedLocalSandbox]):
 
     **Not isolated** (see the module warning): choose it explicitly, for tests
     and trusted code. ``create`` options: ``ttl``, ``idle_timeout``, ``setup``
-    (see docs/lifecycle.md)."""
+    (see docs/lifecycle.md). The operation server its sandboxes' file
+    operations start is a process of this machine that exits after
+    ``operation_server_idle`` seconds (600) without a request, so it can
+    outlive the program by that long (docs/lifecycle.md)."""
 
     name = "local"
 

@@ -12,6 +12,7 @@ from typing import Any
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.provider_kit import command_seconds
 from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, arun_process, bash_script, run_process
 
 DEFAULT_TIMEOUT = 120.0
@@ -79,7 +80,7 @@ class LocalSandbox(BaseSandbox):
             "argv": ["bash", "-c", script],
             "cwd": self.root_dir,
             "env": self.env,
-            "timeout": self.timeout if timeout is None else timeout,
+            "timeout": command_seconds(timeout, self.timeout),
             "max_output_bytes": self.limits.max_output_bytes,
             "pass_fds": pass_fds,
         }

@@ -10,7 +10,7 @@ seconds. ``get_or_create(labels=...)`` names the sandbox after its labels
 (:func:`sandbox_name`), so concurrent callers share one.
 
 Platform limits worth knowing: all arguments of one exec are capped at 64
-KiB (so :attr:`ModalSandbox.max_command_bytes` is lower than the default);
+KiB (so ``ModalSandbox.limits.max_command_bytes`` is lower than the default);
 ``sandbox.filesystem`` needs absolute paths (relative ones are resolved
 against the sandbox's working directory) and its writes are not atomic, so
 uploads are staged under a hidden name and renamed into place.

@@ -42,6 +42,7 @@ from sandbox_sdk.provider_kit import (
     UploadSource,
     can_clean_up,
     check_path,
+    command_seconds,
     new_token,
     open_upload_source,
     transfer_error,
@@ -322,10 +323,7 @@ class ModalSandbox(BaseSandbox):
     # -- execute -----------------------------------------------------------------------
 
     def _exec_timeout(self, timeout: float | None) -> int:
-        seconds = self.timeout if timeout is None else timeout
-        if seconds <= 0:
-            raise errors.InvalidArgumentError(f"timeout must be positive, not {seconds!r}")
-        return max(1, math.ceil(seconds))
+        return max(1, math.ceil(command_seconds(timeout, self.timeout)))
 
     def _check_command(self, command: str, prelude: str = PRELUDE) -> str:
         if not isinstance(command, str):
@@ -389,9 +387,19 @@ class ModalSandbox(BaseSandbox):
         return await self._adrive(self._op_working_directory())
 
     def _absolute(self, path: str, workdir: str) -> str:
-        """``path`` made absolute, after the checks every transfer path gets."""
+        """``path`` made absolute, after the checks every transfer path gets. Modal's
+        file API carries paths as UTF-8 text (protobuf strings), so a name that is
+        not (a non-UTF-8 byte, decoded by ``os.fsdecode``) is that file's
+        ``invalid_path``, not an encoding error that loses the whole batch."""
         check_path(path)
-        return posixpath.normpath(posixpath.join(workdir, path))
+        absolute = posixpath.normpath(posixpath.join(workdir, path))
+        try:
+            absolute.encode("utf-8")
+        except UnicodeEncodeError:
+            raise errors.InvalidPathError(
+                f"{path!r}: Modal's file API carries paths as UTF-8 text, and this one is not", path=path
+            ) from None
+        return absolute
 
     # -- native streaming -----------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 import ssl
 from collections.abc import Mapping
@@ -86,6 +87,16 @@ class RemoteProvider(SandboxProvider[RemoteSandbox]):
     async def _adelete(self, sandbox_id: str) -> None:
         await self._link.acall(self._request("delete", sandbox=sandbox_id))
 
+    def reap(self) -> builtins.list[str]:
+        """Delete every expired sandbox on the runner (its backend's ``reap``:
+        sandboxes there are kept on the runner's machine, which nothing else
+        expires); returns their ids."""
+        return _reaped(self._link.call(self._request("reap")))
+
+    async def areap(self) -> builtins.list[str]:
+        """Async twin of :meth:`reap`."""
+        return _reaped(await self._link.acall(self._request("reap")))
+
     def close(self) -> None:
         """End the connection; the provider's sandboxes can no longer be used."""
         self._link.close()
@@ -110,6 +121,13 @@ class RemoteProvider(SandboxProvider[RemoteSandbox]):
 
     def _sandbox(self, reply: Reply) -> RemoteSandbox:
         return RemoteSandbox(self._link, str(reply.result["id"]))
+
+
+def _reaped(reply: Reply) -> builtins.list[str]:
+    reaped = reply.result.get("reaped")
+    if not isinstance(reaped, builtins.list) or not all(isinstance(item, str) for item in reaped):
+        raise errors.SandboxRuntimeError(f"reap: malformed reply from the runner: {reply.result!r:.200}")
+    return reaped
 
 
 def _page(reply: Reply) -> SandboxPage:

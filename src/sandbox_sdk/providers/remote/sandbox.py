@@ -7,6 +7,7 @@ from dataclasses import replace
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.provider_kit import check_timeout
 from sandbox_sdk.providers.remote._link import Link, Reply, Request
 
 #: Seconds past a command's own timeout the client waits for the runner's
@@ -49,8 +50,9 @@ class RemoteSandbox(BaseSandbox):
                 f"a command of {len(body)} bytes is over the runner's "
                 f"max_command_bytes={self.limits.max_command_bytes}"
             )
-        seconds = self.default_timeout if timeout is None else float(timeout)
-        args = {"sandbox": self._id, "timeout": None if timeout is None else seconds}
+        given = check_timeout(timeout)
+        seconds = self.default_timeout if given is None else given
+        args = {"sandbox": self._id, "timeout": given}
         return Request("execute", args, body, timeout=seconds + REPLY_GRACE_SECONDS)
 
     def __repr__(self) -> str:
