@@ -21,11 +21,21 @@ WRITE_ARGS = {"path": protocol.encode_path("dir/file.txt"), "overwrite": False, 
 
 
 def built(op: str, args: dict[str, Any], blob: bytes) -> int:
-    """Bytes of the real command for ``op`` with ``args`` and one blob."""
-    command, _ = protocol.build_command(
-        protocol.module_of(op), {**args, "op": op}, [blob], scripts_dir=protocol.scripts_dir_in(SCRATCH)
+    """Bytes of the real command for ``op`` with ``args`` and one blob, in
+    the largest form a session may send it in (``command_overhead``)."""
+    return max(
+        protocol.command_bytes(
+            protocol.build_command(
+                protocol.module_of(op),
+                {**args, "op": op},
+                [blob],
+                scripts_dir=protocol.scripts_dir_in(SCRATCH),
+                served=served,
+                channel=channel,
+            )[0]
+        )
+        for served, channel in ((False, False), (True, False), (True, True))
     )
-    return protocol.command_bytes(command)
 
 
 def program(size: int) -> dict[str, Any]:
