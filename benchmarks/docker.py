@@ -21,11 +21,11 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from benchmarks._round_trips import round_trips
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.provider import SandboxProvider
@@ -61,24 +61,6 @@ def creates(made: dict[str, SandboxProvider[Any]], count: int) -> dict[str, floa
     return {name: statistics.median(values) * 1000 for name, values in samples.items()}
 
 
-def round_trips(sandboxes: dict[str, BaseSandbox], rounds: int) -> dict[tuple[str, str], list[float]]:
-    operations: dict[str, Callable[[BaseSandbox], object]] = {
-        'execute("true")': lambda sandbox: sandbox.execute("true"),
-        "stat": lambda sandbox: sandbox.stat("."),
-    }
-    samples: dict[tuple[str, str], list[float]] = {}
-    for operation, run in operations.items():
-        for _ in range(WARMUP):
-            for sandbox in sandboxes.values():
-                run(sandbox)
-        for _ in range(rounds):
-            for name, sandbox in sandboxes.items():
-                started = time.perf_counter()
-                run(sandbox)
-                samples.setdefault((operation, name), []).append((time.perf_counter() - started) * 1000)
-    return samples
-
-
 def throughput(sandboxes: dict[str, BaseSandbox], size: int, repeat: int) -> dict[tuple[str, str], float]:
     data = os.urandom(size)
     best: dict[tuple[str, str], float] = {}
@@ -111,7 +93,7 @@ def main() -> None:
             print(f"  {name:8} {ms:8.0f}  x{ms / created['bwrap']:.1f}")
         sandboxes = {name: provider.create() for name, provider in made.items()}
         try:
-            samples = round_trips(sandboxes, args.rounds)
+            samples = round_trips(sandboxes, args.rounds, WARMUP)
             print("round trip, ms: median / p90 / ratio of medians against bwrap")
             for (operation, name), values in samples.items():
                 median = statistics.median(values)

@@ -21,10 +21,11 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
+from benchmarks._round_trips import round_trips
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.providers.local import LocalProvider
 from sandbox_sdk.providers.remote import RemoteProvider
@@ -45,24 +46,6 @@ def sandboxes(stack: ExitStack, directory: Path) -> dict[str, BaseSandbox]:
     made: dict[str, BaseSandbox] = {"local": LocalProvider(directory / "local").create()}
     made.update({name: provider.create() for name, provider in remote.items()})
     return made
-
-
-def round_trips(made: dict[str, BaseSandbox], rounds: int) -> dict[tuple[str, str], list[float]]:
-    operations: dict[str, Callable[[BaseSandbox], object]] = {
-        'execute("true")': lambda sandbox: sandbox.execute("true"),
-        "stat": lambda sandbox: sandbox.stat("."),
-    }
-    samples: dict[tuple[str, str], list[float]] = {}
-    for operation, run in operations.items():
-        for _ in range(WARMUP):
-            for sandbox in made.values():
-                run(sandbox)
-        for _ in range(rounds):
-            for name, sandbox in made.items():
-                started = time.perf_counter()
-                run(sandbox)
-                samples.setdefault((operation, name), []).append((time.perf_counter() - started) * 1000)
-    return samples
 
 
 def throughput(made: dict[str, BaseSandbox], size: int, repeat: int) -> Iterator[tuple[str, str, float]]:
@@ -89,7 +72,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory, ExitStack() as stack:
         made = sandboxes(stack, Path(directory))
-        samples = round_trips(made, args.rounds)
+        samples = round_trips(made, args.rounds, WARMUP)
         rates = list(throughput(made, args.mib * MIB, args.repeat))
     print(f"Round trips: {args.rounds} rounds each, milliseconds per call\n")
     print("| operation | provider | median | p90 | / local (median) |")
