@@ -195,17 +195,15 @@ class Server:
     ) -> None:
         self.scripts = scripts
         self.port_file = port_file  # None: connections come over a provider's channel (serve_channel)
-        self.token, self.proof = (
-            secrets  # what bash sends (no token on a channel), and what the server sends first
-        )
-        self.listener, self.lock = (
-            held  # the listening socket (or channel), and the lock that makes it the one server
-        )
+        # What bash sends (no token on a channel), and what the server sends first.
+        self.token, self.proof = secrets
+        # The listening socket (or the channel), and the lock that makes it the one server (-1: none).
+        self.listener, self.lock = held
         self.idle = idle
         self.cpu_seconds = cpu_seconds
         self.compiled: Dict[bytes, Script] = {}  # by installed script name
         self.scanned: Optional[Tuple[int, int]] = None  # the scripts directory's (inode, mtime) when read
-        self.own = Credentials(b"/proc/self")
+        self.own: Credentials  # each spare's, with its CPU limit: made by the spare (fork_spare)
         self.spares: Set[int] = set()
         self.lifeline = self.lifeline_write = -1  # the pipe the spares watch (see run)
 
