@@ -309,7 +309,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sandbox_sdk.process",
         ),
     ),
-    ("transfer", ("sandbox_sdk.transfer",)),
+    ("transfer", ("sandbox_sdk.transfer", "sandbox_sdk.snapshots")),
     (
         "sandbox",
         (

@@ -35,6 +35,8 @@ from sandbox_sdk.errors import (
     SandboxPermissionError,
     SandboxRuntimeError,
     SandboxTimeoutError,
+    SnapshotDamagedError,
+    SnapshotNotFoundError,
     TransferFailedError,
     UnmanagedSandboxError,
 )
@@ -62,6 +64,7 @@ from sandbox_sdk.models import (
 from sandbox_sdk.process import Process
 from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.registry import available_providers, get_provider
+from sandbox_sdk.snapshots import DirectorySnapshotStore, Snapshot, SnapshotEntry, SnapshotStore
 from sandbox_sdk.transfer import TransferResults
 
 if TYPE_CHECKING:
@@ -86,6 +89,7 @@ __all__ = [
     "BaseSandbox",
     "DirectoryListing",
     "DirectoryNotEmptyError",
+    "DirectorySnapshotStore",
     "DirectoryTransferResult",
     "EditAmbiguousError",
     "EditNoMatchError",
@@ -124,6 +128,11 @@ __all__ = [
     "SandboxProvider",
     "SandboxRuntimeError",
     "SandboxTimeoutError",
+    "Snapshot",
+    "SnapshotDamagedError",
+    "SnapshotEntry",
+    "SnapshotNotFoundError",
+    "SnapshotStore",
     "StreamEvent",
     "TransferFailedError",
     "TransferResults",
