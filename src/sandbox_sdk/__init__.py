@@ -64,7 +64,13 @@ from sandbox_sdk.models import (
 from sandbox_sdk.process import Process
 from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.registry import available_providers, get_provider
-from sandbox_sdk.snapshots import DirectorySnapshotStore, Snapshot, SnapshotEntry, SnapshotStore
+from sandbox_sdk.snapshots import (
+    DirectorySnapshotStore,
+    FsspecSnapshotStore,
+    Snapshot,
+    SnapshotEntry,
+    SnapshotStore,
+)
 from sandbox_sdk.transfer import TransferResults
 
 if TYPE_CHECKING:
@@ -98,6 +104,7 @@ __all__ = [
     "FileDownloadResponse",
     "FileInfo",
     "FileUploadResponse",
+    "FsspecSnapshotStore",
     "GlobResult",
     "GrepMatch",
     "GrepResult",

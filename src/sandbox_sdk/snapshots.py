@@ -25,10 +25,10 @@ import stat
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -82,9 +82,12 @@ class Snapshot(BaseModel):
 
 
 class SnapshotStore(ABC):
-    """Where snapshots live: blobs by digest, and manifests. A manifest is
-    saved only after every blob it names, in one step, so a store never
-    shows half a snapshot."""
+    """Where snapshots live: blobs by digest, and manifests by snapshot id.
+
+    A store implements six primitives; :meth:`save`, :meth:`load` and
+    :meth:`ids` are derived from them. A manifest is put only after every
+    blob it names, and each put must be all or nothing (a rename, or an
+    object store's single PUT), so a store never shows half a snapshot."""
 
     @abstractmethod
     def has_blob(self, digest: str) -> bool:
@@ -99,16 +102,48 @@ class SnapshotStore(ABC):
         """The blob's bytes; :class:`~sandbox_sdk.errors.SnapshotDamagedError` if it is missing."""
 
     @abstractmethod
+    def put_manifest(self, snapshot_id: str, data: bytes) -> None:
+        """Keep a manifest, whole or not at all."""
+
+    @abstractmethod
+    def get_manifest(self, snapshot_id: str) -> bytes | None:
+        """A manifest's bytes; ``None`` if there is none."""
+
+    @abstractmethod
+    def manifest_ids(self) -> list[str]:
+        """The ids of the manifests kept (as named; :meth:`ids` checks them)."""
+
     def save(self, snapshot: Snapshot) -> None:
-        """Keep the manifest, in one step (called after its blobs are in)."""
+        """Keep ``snapshot``'s manifest (called once its blobs are in)."""
+        self.put_manifest(snapshot.id, json.dumps(snapshot.model_dump(mode="python")).encode("utf-8"))
 
-    @abstractmethod
     def load(self, snapshot_id: str) -> Snapshot:
-        """:class:`~sandbox_sdk.errors.SnapshotNotFoundError` if there is none."""
+        """The snapshot ``snapshot_id``, its manifest checked against its id:
+        :class:`~sandbox_sdk.errors.SnapshotNotFoundError` if there is none,
+        :class:`~sandbox_sdk.errors.SnapshotDamagedError` if it was changed."""
+        if not isinstance(snapshot_id, str) or not DIGEST.fullmatch(snapshot_id):
+            raise errors.SnapshotNotFoundError(f"not a snapshot id: {snapshot_id!r}")
+        data = self.get_manifest(snapshot_id)
+        if data is None:
+            raise errors.SnapshotNotFoundError(f"no snapshot {snapshot_id} in {self!r}")
+        try:
+            snapshot = Snapshot.model_validate(json.loads(data))
+        except ValueError as exc:
+            raise errors.SnapshotDamagedError(f"snapshot {snapshot_id}: unreadable manifest: {exc}") from None
+        if snapshot.id != snapshot_id or manifest_id(snapshot.paths, snapshot.entries) != snapshot_id:
+            raise errors.SnapshotDamagedError(f"snapshot {snapshot_id}: the manifest does not match its id")
+        return snapshot
 
-    @abstractmethod
     def ids(self) -> list[str]:
         """The ids of the snapshots kept, sorted."""
+        return sorted(name for name in self.manifest_ids() if DIGEST.fullmatch(name))
+
+
+def blob_key(digest: str) -> str:
+    """Where a store keeps a blob, relative to its root: ``blobs/<2 hex>/<digest>``."""
+    if not DIGEST.fullmatch(digest):
+        raise errors.SnapshotDamagedError(f"not a blob digest: {digest!r}")
+    return f"blobs/{digest[:2]}/{digest}"
 
 
 class DirectorySnapshotStore(SnapshotStore):
@@ -125,16 +160,11 @@ class DirectorySnapshotStore(SnapshotStore):
         for directory in (self.root, self.root / "blobs", self.root / "snapshots"):
             _private_dir(directory)
 
-    def _blob(self, digest: str) -> Path:
-        if not DIGEST.fullmatch(digest):
-            raise errors.SnapshotDamagedError(f"not a blob digest: {digest!r}")
-        return self.root / "blobs" / digest[:2] / digest
-
     def has_blob(self, digest: str) -> bool:
-        return self._blob(digest).is_file()
+        return (self.root / blob_key(digest)).is_file()
 
     def add_blob(self, digest: str, source: Path) -> None:
-        blob = self._blob(digest)
+        blob = self.root / blob_key(digest)
         _private_dir(blob.parent)
         with _temporary_beside(blob) as temporary:
             shutil.copyfile(source, temporary)
@@ -142,37 +172,95 @@ class DirectorySnapshotStore(SnapshotStore):
 
     def open_blob(self, digest: str) -> BinaryIO:
         try:
-            return self._blob(digest).open("rb")
+            return (self.root / blob_key(digest)).open("rb")
         except FileNotFoundError:
             raise errors.SnapshotDamagedError(f"the store has no blob {digest}") from None
 
-    def save(self, snapshot: Snapshot) -> None:
-        manifest = self.root / "snapshots" / f"{snapshot.id}.json"
+    def put_manifest(self, snapshot_id: str, data: bytes) -> None:
+        manifest = self.root / "snapshots" / f"{snapshot_id}.json"
         with _temporary_beside(manifest) as temporary:
-            temporary.write_text(json.dumps(snapshot.model_dump(mode="python")), "utf-8")
+            temporary.write_bytes(data)
             os.replace(temporary, manifest)
 
-    def load(self, snapshot_id: str) -> Snapshot:
-        if not DIGEST.fullmatch(snapshot_id):
-            raise errors.SnapshotNotFoundError(f"not a snapshot id: {snapshot_id!r}")
+    def get_manifest(self, snapshot_id: str) -> bytes | None:
         try:
-            text = (self.root / "snapshots" / f"{snapshot_id}.json").read_text("utf-8")
+            return (self.root / "snapshots" / f"{snapshot_id}.json").read_bytes()
         except FileNotFoundError:
-            raise errors.SnapshotNotFoundError(f"no snapshot {snapshot_id} in {self.root}") from None
-        try:
-            snapshot = Snapshot.model_validate(json.loads(text))
-        except ValueError as exc:
-            raise errors.SnapshotDamagedError(f"snapshot {snapshot_id}: unreadable manifest: {exc}") from None
-        if snapshot.id != snapshot_id or manifest_id(snapshot.paths, snapshot.entries) != snapshot_id:
-            raise errors.SnapshotDamagedError(f"snapshot {snapshot_id}: the manifest does not match its id")
-        return snapshot
+            return None
 
-    def ids(self) -> list[str]:
-        names = (path.stem for path in (self.root / "snapshots").glob("*.json"))
-        return sorted(name for name in names if DIGEST.fullmatch(name))
+    def manifest_ids(self) -> list[str]:
+        return [path.stem for path in (self.root / "snapshots").glob("*.json")]
 
     def __repr__(self) -> str:
         return f"DirectorySnapshotStore({str(self.root)!r})"
+
+
+class FsspecSnapshotStore(SnapshotStore):
+    """A store at any fsspec URL (``file://``, ``memory://``, ``s3://bucket/prefix``
+    with s3fs, ...), laid out as :class:`DirectorySnapshotStore`;
+    ``storage_options`` go to the file system (credentials, an endpoint).
+    Each blob and manifest is written under a temporary name and moved into
+    place, so a reader never sees part of one (on an object store the move
+    is a server-side copy: the object appears whole)."""
+
+    def __init__(self, url: str, **storage_options: Any) -> None:
+        try:
+            import fsspec
+        except ImportError:
+            raise errors.ProviderUnavailableError(
+                "FsspecSnapshotStore needs fsspec: pip install 'sandbox-sdk-py[fsspec]'"
+            ) from None
+        self.url = url
+        self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
+        self.root = str(root).rstrip("/")
+
+    def _path(self, key: str) -> str:
+        return f"{self.root}/{key}"
+
+    def _put(self, key: str, write: Callable[[str], object]) -> None:
+        temporary, final = self._path(f"tmp/{new_token()}"), self._path(key)
+        for parent in (posixpath.dirname(temporary), posixpath.dirname(final)):
+            self.fs.makedirs(parent, exist_ok=True)  # a local file system's; nothing on an object store
+        write(temporary)
+        try:
+            self.fs.mv(temporary, final)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.fs.rm(temporary)
+            raise
+
+    def has_blob(self, digest: str) -> bool:
+        return bool(self.fs.exists(self._path(blob_key(digest))))
+
+    def add_blob(self, digest: str, source: Path) -> None:
+        self._put(blob_key(digest), lambda temporary: self.fs.put_file(os.fspath(source), temporary))
+
+    def open_blob(self, digest: str) -> BinaryIO:
+        try:
+            opened: BinaryIO = self.fs.open(self._path(blob_key(digest)), "rb")
+        except FileNotFoundError:
+            raise errors.SnapshotDamagedError(f"the store has no blob {digest}") from None
+        return opened
+
+    def put_manifest(self, snapshot_id: str, data: bytes) -> None:
+        self._put(f"snapshots/{snapshot_id}.json", lambda temporary: self.fs.pipe_file(temporary, data))
+
+    def get_manifest(self, snapshot_id: str) -> bytes | None:
+        try:
+            data: bytes = self.fs.cat_file(self._path(f"snapshots/{snapshot_id}.json"))
+        except FileNotFoundError:
+            return None
+        return data
+
+    def manifest_ids(self) -> list[str]:
+        try:
+            names = self.fs.ls(self._path("snapshots"), detail=False)
+        except FileNotFoundError:
+            return []
+        return [posixpath.basename(name).removesuffix(".json") for name in names if name.endswith(".json")]
+
+    def __repr__(self) -> str:
+        return f"FsspecSnapshotStore({self.url!r})"
 
 
 def _private_dir(path: Path) -> None:
