@@ -61,6 +61,7 @@ from sandbox_sdk.models import (
     StreamEvent,
     WriteResult,
 )
+from sandbox_sdk.mounts import Mount, agent_data_mounts
 from sandbox_sdk.process import Process
 from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.registry import available_providers, get_provider
@@ -112,6 +113,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidPathError",
     "Limits",
+    "Mount",
     "NotTextFileError",
     "OutputLimitExceededError",
     "Process",
@@ -145,6 +147,7 @@ __all__ = [
     "TransferResults",
     "UnmanagedSandboxError",
     "WriteResult",
+    "agent_data_mounts",
     "available_providers",
     "get_provider",
 ]

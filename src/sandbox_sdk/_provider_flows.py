@@ -189,11 +189,23 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
     #: The name under which the provider is registered (entry point).
     name: ClassVar[str] = ""
 
+    #: Whether ``create`` binds host paths into a sandbox (``mounts=[Mount(...)]``,
+    #: docs/policy.md); a provider that cannot refuses the option by name.
+    supports_mounts: ClassVar[bool] = False
+
     #: Seconds a new sandbox may take to show in ``list``. A provider whose
     #: listing lags and whose label lock is not exclusive across clients sets
     #: it, and ``get_or_create`` by labels then converges after creating (see
     #: :meth:`_converge`); 0 (an exact listing or an exclusive lock) skips that.
     _listing_lag: float = 0.0
+
+    def _refuse_unsupported(self, options: Mapping[str, Any]) -> None:
+        """Refuse, before anything is made, a policy this provider cannot enforce."""
+        if options.get("mounts") and not self.supports_mounts:
+            raise errors.InvalidArgumentError(
+                f"the {self.name} provider cannot mount host paths into a sandbox (mounts=...): "
+                "docs/policy.md lists the providers that can"
+            )
 
     @abstractmethod
     def _perform(self, request: Request) -> Any:
@@ -252,6 +264,7 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
         ``snapshot_store``), the new sandbox starts with its files, or is
         deleted again if they cannot be restored (docs/state.md)."""
         wanted, options = checked_labels(labels), with_lifetime(options, ttl, idle_timeout)
+        self._refuse_unsupported(options)
         sandbox: SandboxT = yield Create(wanted, options)
         lifecycle_log.info("%s: created sandbox %s labels=%s", self.name, sandbox.id, wanted)
         try:
@@ -280,6 +293,7 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
         or a new one with them. With neither: a new sandbox. ``ttl``,
         ``idle_timeout`` and ``options`` are for a new one, as in ``create``."""
         wanted, options = checked_labels(labels), with_lifetime(options, ttl, idle_timeout)
+        self._refuse_unsupported(options)
         if sandbox_id is not None:
             return (yield from self._get_live(sandbox_id))
         if not wanted:
