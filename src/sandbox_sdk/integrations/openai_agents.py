@@ -202,7 +202,7 @@ class SandboxSDKSession(BaseSandboxSession):
         return self._sandbox
 
     def _root(self) -> str:
-        return self.state.manifest.root
+        return str(self.state.manifest.root)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -249,7 +249,7 @@ class SandboxSDKSession(BaseSandboxSession):
                 "(a SandboxAgent's run_as, or a tool's user)",
                 user=name,
             )
-        return super()._prepare_exec_command(*command, shell=shell, user=None)
+        return list(super()._prepare_exec_command(*command, shell=shell, user=None))
 
     async def _exec_internal(self, *command: str | Path, timeout: float | None = None) -> ExecResult:
         """``command`` (an argument vector) through the sandbox's ``run``, in
