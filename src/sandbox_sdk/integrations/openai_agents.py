@@ -68,6 +68,7 @@ try:
         WorkspaceArchiveReadError,
         WorkspaceArchiveWriteError,
         WorkspaceReadNotFoundError,
+        WorkspaceRootNotFoundError,
         WorkspaceStartError,
     )
     from agents.sandbox.manifest import Manifest
@@ -254,12 +255,16 @@ class SandboxSDKSession(BaseSandboxSession):
     async def _exec_internal(self, *command: str | Path, timeout: float | None = None) -> ExecResult:
         """``command`` (an argument vector) through the sandbox's ``run``, in
         the workspace root with the manifest's environment. ``timeout=None`` is
-        the sandbox's default (its ``limits.operation_timeout``)."""
+        the sandbox's default (its ``limits.operation_timeout``). A workspace
+        root that is gone (removed by a command) raises the SDK's
+        ``WorkspaceRootNotFoundError``."""
         argv = [str(part) for part in command]
         env = await self.state.manifest.environment.resolve()
         try:
             response = await self.sandbox.arun(argv, cwd=self._root(), env=env or None, timeout=timeout)
         except (errors.SandboxFileNotFoundError, errors.SandboxPermissionError) as exc:
+            if exc.path == self._root():
+                raise WorkspaceRootNotFoundError(path=Path(self._root()), cause=exc) from exc
             # A program that cannot be run: what a shell reports for it.
             code = 127 if isinstance(exc, FileNotFoundError) else 126
             return ExecResult(stdout=b"", stderr=f"{exc}\n".encode(), exit_code=code)

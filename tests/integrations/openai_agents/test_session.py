@@ -30,6 +30,8 @@ from agents.sandbox.errors import (
     WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
     WorkspaceReadNotFoundError,
+    WorkspaceRootNotFoundError,
+    WorkspaceStartError,
 )
 from agents.sandbox.manifest import EnvEntry, Environment, StrEnvValue
 from agents.sandbox.session import SandboxSession
@@ -101,6 +103,27 @@ async def test_the_default_root_is_the_sandboxs_working_directory_and_another_ro
             assert (await second.exec("pwd -P; cat a.txt")).stdout.decode() == f"{chosen}\na"
         await client.delete(second)
     await client.delete(first)
+    assert sandbox_ids(provider) == []
+
+
+async def test_a_root_that_cannot_be_made_or_is_gone_is_said_in_the_sdks_terms(
+    client: SandboxSDKClient, provider: SandboxProvider[Any]
+) -> None:
+    unmakeable = await client.create(manifest=Manifest(root="/proc/no-workspace-here"))
+    with pytest.raises(WorkspaceStartError) as refused:
+        await unmakeable.start()
+    assert refused.value.context["path"] == "/proc/no-workspace-here"
+    await client.delete(unmakeable)
+
+    # A root below a sandbox's working directory (on local, another sandbox's: it is the host's).
+    base = await client.create()
+    session = await client.create(manifest=Manifest(root=f"{base.state.manifest.root}/project"))
+    async with session:
+        await session.exec("cd .. && rm -r project")
+        with pytest.raises(WorkspaceRootNotFoundError):
+            await session.exec("true")
+    await client.delete(session)
+    await client.delete(base)
     assert sandbox_ids(provider) == []
 
 
