@@ -20,6 +20,16 @@ from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.registry import get_provider
 
 
+@pytest.fixture(autouse=True)
+def snapshot_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the SDK's runner keeps the snapshots of the sessions it makes
+    (``$XDG_STATE_HOME/openai-agents-python/sandbox/snapshots``, else under ``~/.local/state``):
+    the test's own directory, never the user's."""
+    home = tmp_path / "xdg-state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(home))
+    return home
+
+
 @pytest.fixture(params=["bwrap", "local"])
 def provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SandboxProvider[Any]]:
     with get_provider(request.param, state_dir=str(tmp_path / "state")) as made:

@@ -6,6 +6,7 @@ the model sees what they did."""
 
 from __future__ import annotations
 
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ def agent(model: ScriptedModel) -> SandboxAgent[Any]:
 
 
 async def test_a_sandbox_agent_patches_and_runs_code_in_a_sandbox_the_runner_makes_and_deletes(
-    client: SandboxSDKClient, provider: SandboxProvider[Any]
+    client: SandboxSDKClient, provider: SandboxProvider[Any], snapshot_home: Path
 ) -> None:
     model = script()
     result = await Runner.run(
@@ -95,6 +96,11 @@ async def test_a_sandbox_agent_patches_and_runs_code_in_a_sandbox_the_runner_mak
     assert outputs["run"].endswith("Output:\nhello from the patch\nwritten by apply_patch")
     assert "Process exited with code 7" in outputs["fail"]
     assert sandbox_ids(provider) == []  # the runner deleted the sandbox it made
+    # ... after persisting its workspace into the default local snapshot
+    (snapshot,) = snapshot_home.glob("openai-agents-python/sandbox/snapshots/*.tar")
+    with tarfile.open(snapshot) as tar:
+        greet = tar.extractfile("app/greet.py")
+        assert greet is not None and greet.read() == b"print('hello from the patch')\n"
 
 
 async def test_a_sandbox_agent_works_in_a_live_session_the_caller_keeps(
