@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import RunConfig, Runner
+from agents import RunConfig, Runner, function_tool
+from agents.run_state import RunState
 from agents.sandbox import Manifest, SandboxAgent, SandboxRunConfig
 from agents.sandbox.entries import File
 from agents.testing import ScriptedModel, assistant_message, function_call
@@ -128,3 +129,54 @@ def test_the_guides_example_runs_as_written(block: Block, tmp_path: Path) -> Non
     """docs/openai-agents.md's runnable example, checked as tests/test_docs.py checks
     every block (it runs there only where the extra is installed: here)."""
     check_block(block, tmp_path)
+
+
+async def test_a_paused_run_resumes_in_a_new_sandbox_restored_from_its_snapshot(
+    client: SandboxSDKClient, provider: SandboxProvider[Any]
+) -> None:
+    """A tool that needs approval pauses the run: the runner persists the
+    workspace and deletes the sandbox; the run state, through JSON, resumes
+    the session with ``client.resume``, which makes a new sandbox that the SDK
+    restores from the snapshot."""
+
+    def deploy_app() -> str:
+        """Deploy the application."""
+        return "deployed"
+
+    deploy = function_tool(deploy_app, name_override="deploy", needs_approval=True)
+
+    def paused_agent(model: ScriptedModel) -> SandboxAgent[Any]:
+        return SandboxAgent(
+            name="deployer", instructions="Deploy.", model=model, default_manifest=MANIFEST, tools=[deploy]
+        )
+
+    first_model = ScriptedModel(
+        [
+            [function_call("exec_command", {"cmd": "echo built > app/build.txt"}, call_id="build")],
+            [function_call("deploy", {}, call_id="deploy")],
+        ]
+    )
+    config = RunConfig(tracing_disabled=True, sandbox=SandboxRunConfig(client=client))
+    first = await Runner.run(paused_agent(first_model), "Deploy.", run_config=config)
+    assert len(first.interruptions) == 1
+    assert sandbox_ids(provider) == []
+    saved = first.to_state().to_json()
+    first_sandbox = saved["sandbox"]["session_state"]["sandbox_id"]
+
+    second_model = ScriptedModel(
+        [
+            [function_call("exec_command", {"cmd": "cat app/build.txt app/greet.py"}, call_id="check")],
+            [assistant_message("deployed and checked")],
+        ]
+    )
+    second_agent = paused_agent(second_model)
+    state = await RunState.from_json(second_agent, saved)
+    state.approve(state.get_interruptions()[0])
+    second = await Runner.run(second_agent, state, run_config=config)
+    assert second.final_output == "deployed and checked"
+    outputs = tool_outputs(second_model)
+    assert outputs["deploy"] == "deployed"
+    assert outputs["check"].endswith("Output:\nbuilt\nprint('hello')\n")
+    resumed_in = second.to_state().to_json()["sandbox"]["session_state"]["sandbox_id"]
+    assert resumed_in != first_sandbox
+    assert sandbox_ids(provider) == []
