@@ -65,6 +65,7 @@ try:
         ExecTransportError,
         ExposedPortUnavailableError,
         MountConfigError,
+        OpName,
         WorkspaceArchiveReadError,
         WorkspaceArchiveWriteError,
         WorkspaceReadNotFoundError,
@@ -141,6 +142,7 @@ def _refuse_unsupported(manifest: Manifest) -> None:
     accounts = [user.name for user in manifest.users] + [group.name for group in manifest.groups]
     if accounts:
         raise _config_error(
+            "start",
             f"sandbox_sdk sandboxes run commands as their one user; manifest users and groups "
             f"cannot be provisioned: {', '.join(accounts)}",
             accounts=accounts,
@@ -148,17 +150,20 @@ def _refuse_unsupported(manifest: Manifest) -> None:
     host_grants = [grant.path for grant in manifest.extra_path_grants if grant.host_path is not None]
     if host_grants:
         raise _config_error(
+            "start",
             "sandbox_sdk sandboxes cannot bind host paths into the sandbox (a path grant's "
             f"host_path): {', '.join(host_grants)}; omit host_path to grant the sandbox's own path",
             grants=host_grants,
         )
 
 
-def _config_error(message: str, **context: object) -> ConfigurationError:
+def _config_error(op: OpName, message: str, **context: object) -> ConfigurationError:
+    """The SDK's error for a configuration our sandboxes cannot honour, raised
+    by the operation (``op``) that was asked for it."""
     return ConfigurationError(
         message=message,
         error_code=ErrorCode.SANDBOX_CONFIG_INVALID,
-        op="start",
+        op=op,
         context={"backend": BACKEND_ID, **context},
         retryable=False,
     )
@@ -246,6 +251,7 @@ class SandboxSDKSession(BaseSandboxSession):
         if user:
             name = user.name if isinstance(user, User) else user
             raise _config_error(
+                "exec",
                 f"sandbox_sdk sandboxes run commands as their one user, not as {name!r} "
                 "(a SandboxAgent's run_as, or a tool's user)",
                 user=name,
@@ -310,7 +316,7 @@ class SandboxSDKSession(BaseSandboxSession):
     async def read(self, path: Path, *, user: str | User | None = None) -> io.IOBase:
         """The whole file, downloaded in chunks and checked against the
         sandbox's SHA-256."""
-        self._one_user(user, path)
+        self._one_user("read", user, path)
         target = await self._validate_path_access(path)
         spool = _spooled()
         try:
@@ -328,7 +334,7 @@ class SandboxSDKSession(BaseSandboxSession):
         """Replace ``path`` with ``data``, creating parents: the payload is read
         whole first, then lands by the verified upload (staged, checked,
         renamed), so the file is either the new content or untouched."""
-        self._one_user(user, path)
+        self._one_user("write", user, path)
         payload = coerce_write_payload(path=path, data=data)
         target = await self._validate_path_access(path, for_write=True)
         with tempfile.SpooledTemporaryFile(SPOOL_BYTES) as spool:
@@ -340,11 +346,12 @@ class SandboxSDKSession(BaseSandboxSession):
         except errors.TransferFailedError as exc:
             raise WorkspaceArchiveWriteError(path=path, context=_reason(exc), cause=exc) from exc
 
-    def _one_user(self, user: str | User | None, path: Path) -> None:
+    def _one_user(self, op: OpName, user: str | User | None, path: Path) -> None:
+        """Refuse a ``read`` or ``write`` as another user: our sandboxes have one."""
         if user:
             name = user.name if isinstance(user, User) else user
             raise _config_error(
-                f"sandbox_sdk sandboxes have one user; cannot act on {path} as {name!r}", user=name
+                op, f"sandbox_sdk sandboxes have one user; cannot {op} {path} as {name!r}", user=name
             )
 
     # -- workspace archives ------------------------------------------------------------------

@@ -195,10 +195,12 @@ async def test_what_has_no_equivalent_is_refused_before_a_sandbox_is_made(
 async def test_users_ports_and_pty_are_refused_in_the_sdks_terms(client: SandboxSDKClient) -> None:
     session = await client.create()
     async with session:
-        with pytest.raises(ConfigurationError, match="'bob'"):
+        with pytest.raises(ConfigurationError, match="'bob'") as as_bob:
             await session.exec("id", user="bob")
-        with pytest.raises(ConfigurationError, match="'bob'"):
+        assert as_bob.value.op == "exec"
+        with pytest.raises(ConfigurationError, match="'bob'") as as_bob:
             await session.read(Path("x"), user=User(name="bob"))
+        assert as_bob.value.op == "read"
         with pytest.raises(ExposedPortUnavailableError) as port:
             await session.resolve_exposed_port(8080)
         assert port.value.context["reason"] == "backend_unavailable"
