@@ -39,6 +39,7 @@ from sandbox_sdk.errors import (
     SnapshotNotFoundError,
     TransferFailedError,
     UnmanagedSandboxError,
+    UnsupportedError,
 )
 from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import (
@@ -146,6 +147,7 @@ __all__ = [
     "TransferFailedError",
     "TransferResults",
     "UnmanagedSandboxError",
+    "UnsupportedError",
     "WriteResult",
     "agent_data_mounts",
     "available_providers",

@@ -27,6 +27,8 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any, BinaryIO, Self, TypeVar
 
+import anyio.to_thread
+
 from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors, protocol
 from sandbox_sdk._calls import (
@@ -536,6 +538,27 @@ class SandboxOperations(SandboxCore):
         (docs/state.md). ``SnapshotDamagedError`` or ``SnapshotNotFoundError``
         leave the sandbox as it was. Returns the snapshot restored."""
         return restore_snapshot(self, snapshot, store)
+
+    def expose_port(self, port: int, *, host: str = "127.0.0.1") -> str:
+        """A URL on the host (``http://HOST:PORT``, for HTTP and WebSocket)
+        that reaches ``port`` inside the sandbox, until :meth:`unexpose` or the
+        sandbox's end. ``UnsupportedError`` where the provider has no way in
+        (docs/policy.md); bwrap forwards into the jail's network namespace."""
+        raise errors.UnsupportedError(
+            f"{type(self).__name__} cannot expose ports to the host "
+            "(docs/policy.md lists the providers that can)"
+        )
+
+    def unexpose(self, port: int) -> None:
+        """Stop forwarding ``port`` (connections through it end); nothing if it was not exposed."""
+
+    async def aexpose_port(self, port: int, *, host: str = "127.0.0.1") -> str:
+        """Async twin of :meth:`expose_port`."""
+        return await anyio.to_thread.run_sync(lambda: self.expose_port(port, host=host))
+
+    async def aunexpose(self, port: int) -> None:
+        """Async twin of :meth:`unexpose`."""
+        await anyio.to_thread.run_sync(self.unexpose, port)
 
     def fork(self, *, store: SnapshotStore | None = None, **create_options: Any) -> Self:
         """A new sandbox of the same provider with this one's workspace files:

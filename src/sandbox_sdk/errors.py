@@ -118,6 +118,11 @@ class ProcessNotFoundError(SandboxError, LookupError):
     """No process with this pid was started in the sandbox (or its record is gone)."""
 
 
+class UnsupportedError(SandboxError, NotImplementedError):
+    """The provider cannot do this (``expose_port`` where it has no way in,
+    say); the message names what and where to look (docs/policy.md)."""
+
+
 class ProviderUnavailableError(SandboxError):
     """The provider cannot be used here: a missing tool, SDK or service."""
 
