@@ -7,6 +7,7 @@ before the sandbox changes. The contract itself is in the conformance kit
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -16,10 +17,12 @@ import pytest
 from sandbox_sdk import DirectorySnapshotStore, errors
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.remote import fs
-from sandbox_sdk.snapshots import check_paths
+from sandbox_sdk.snapshots import Snapshot, SnapshotEntry, check_paths, manifest_id
 from sandbox_sdk.testing.faults import Fault
 from tests.transfer.transfer_helpers import faulty
 
+#: The SHA-256 of ``b"owned\n"``, a blob a hostile manifest names.
+PLANTED = hashlib.sha256(b"owned\n").hexdigest()
 OLD = {"a.txt": b"old a\n", "keep/b.txt": b"old b\n"}
 NEW = {"a.txt": b"new a\n", "keep/b.txt": b"new b\n", "keep/c.txt": b"new c\n" * 4000}
 
@@ -138,3 +141,46 @@ def test_a_tree_that_cannot_be_swapped_in_one_step_is_moved_in_entry_by_entry(
     fs.replace_tree(args, [])
     assert files_under(target) == NEW
     assert not staged.exists()
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [  # a symlink to a host directory, then a file "below" it
+            SnapshotEntry(path="out", kind="symlink", target="{host}"),
+            SnapshotEntry(path="out/planted.txt", kind="file", mode=0o644, size=6, sha256=PLANTED),
+        ],
+        [  # a symlink to a host file, then a hard link "to" it
+            SnapshotEntry(path="link", kind="symlink", target="{host}/secret.txt"),
+            SnapshotEntry(path="copy", kind="file", mode=0o644, hardlink_of="link"),
+        ],
+    ],
+    ids=["below-a-symlink", "hard-link-to-a-symlink"],
+)
+def test_a_consistent_but_hostile_manifest_writes_nothing_outside(
+    local: LocalSandbox, tmp_path: Path, entries: list[SnapshotEntry]
+) -> None:
+    """A store is data: whoever can write it can make a manifest whose id
+    matches, and building it must still stay inside its own tree."""
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "secret.txt").write_text("the host's own\n")
+    store = DirectorySnapshotStore(tmp_path / "store")
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"owned\n")
+    store.add_blob(PLANTED, blob)
+    formatted = tuple(
+        entry.model_copy(update={"target": entry.target.format(host=host)}) if entry.target else entry
+        for entry in entries
+    )
+    paths = ("work",)
+    placed = tuple(entry.model_copy(update={"path": f"work/{entry.path}"}) for entry in formatted)
+    placed = tuple(
+        e.model_copy(update={"hardlink_of": f"work/{e.hardlink_of}"}) if e.hardlink_of else e for e in placed
+    )
+    hostile = Snapshot(id=manifest_id(paths, placed), paths=paths, entries=placed, size=6, created=0.0)
+    store.save(hostile)
+    with pytest.raises(errors.SnapshotDamagedError):
+        local.restore(hostile.id, store=store)
+    assert sorted(p.name for p in host.iterdir()) == ["secret.txt"]
+    assert not (local.root_dir / "work").exists()

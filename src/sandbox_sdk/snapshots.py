@@ -365,23 +365,38 @@ def materialize(snapshot: Snapshot, store: SnapshotStore, tree: Path) -> None:
     """Build ``snapshot``'s files in the empty directory ``tree``: each blob
     checked against its digest as it is copied, modes set last (a read-only
     directory would refuse its own entries otherwise).
-    :class:`~sandbox_sdk.errors.SnapshotDamagedError` on any mismatch."""
+    :class:`~sandbox_sdk.errors.SnapshotDamagedError` on any mismatch, and
+    for a manifest that would write outside ``tree`` (an entry below one of
+    its symlinks, a hard link to anything but an earlier file of its own):
+    a store is data, never trusted to name places on this machine."""
+    root = Path(os.path.realpath(tree))
+    files: set[str] = set()
     modes: list[tuple[Path, int]] = []
-    for entry in snapshot.entries:
-        path = _inside(tree, entry.path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if entry.kind == "dir":
-            path.mkdir(exist_ok=True)
-            modes.append((path, entry.mode))
-        elif entry.kind == "symlink":
-            os.symlink(os.fsencode(entry.target or ""), path)
-        elif entry.hardlink_of is not None:
-            os.link(_inside(tree, entry.hardlink_of), path)
-        else:
-            _copy_blob(store, entry, path)
-            modes.append((path, entry.mode))
-    for path, mode in reversed(modes):
-        os.chmod(path, mode)
+    try:
+        for entry in snapshot.entries:
+            path = _inside(root, entry.path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if Path(os.path.realpath(path.parent)) != path.parent:
+                raise errors.SnapshotDamagedError(f"snapshot entry {entry.path!r} lies below a symlink")
+            if entry.kind == "dir":
+                path.mkdir(exist_ok=True)
+                modes.append((path, entry.mode))
+            elif entry.kind == "symlink":
+                os.symlink(os.fsencode(entry.target or ""), path)
+            elif entry.hardlink_of is not None:
+                if entry.hardlink_of not in files:
+                    raise errors.SnapshotDamagedError(
+                        f"snapshot entry {entry.path!r} links to {entry.hardlink_of!r}, no earlier file"
+                    )
+                os.link(_inside(root, entry.hardlink_of), path, follow_symlinks=False)
+            else:
+                _copy_blob(store, entry, path)
+                modes.append((path, entry.mode))
+                files.add(entry.path)
+        for path, mode in reversed(modes):
+            os.chmod(path, mode)  # files and directories this loop made, none a symlink
+    except OSError as exc:
+        raise errors.SnapshotDamagedError(f"snapshot {snapshot.id} cannot be built: {exc}") from None
 
 
 def _inside(tree: Path, name: str) -> Path:
