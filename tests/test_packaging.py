@@ -10,6 +10,7 @@ editable install of the checkout, for mypy.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -78,8 +79,16 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def dist(source: Path) -> Path:
-    """The sdist and the wheel built from it (``python -m build``)."""
-    checked(sys.executable, "-m", "build", "--no-isolation", "--outdir", source.parent / "dist", source)
+    """The sdist and the wheel built from it by ``scripts/dist`` (``python -m
+    build``, then ``twine check --strict``), as the release workflow builds them."""
+    done = subprocess.run(
+        [source / "scripts" / "dist", "--no-isolation", source.parent / "dist"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable},
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
     return source.parent / "dist"
 
 
