@@ -79,10 +79,11 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def dist(source: Path) -> Path:
-    """The sdist and the wheel built from it by ``scripts/dist`` (``python -m
-    build``, then ``twine check --strict``), as the release workflow builds them."""
+    """The sdist and the wheel built by ``scripts/dist`` (``python -m build`` in
+    a clean copy of the checkout, then ``twine check --strict``), as the release
+    workflow builds them."""
     done = subprocess.run(
-        [source / "scripts" / "dist", "--no-isolation", source.parent / "dist"],
+        [ROOT / "scripts" / "dist", "--no-isolation", source.parent / "dist"],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHON": sys.executable},
