@@ -170,6 +170,13 @@ def test_every_extra_imports_its_providers_and_integrations(venvs: dict[str, Pat
     }
     deepagents = venvs["deepagents"]
     checked(deepagents / "bin" / "python", "-c", "import sandbox_sdk.integrations.deepagents")
+    # deepagents-code's discovery (entry.load()() on its group): the factory, from the wheel.
+    discover = (
+        "from importlib.metadata import entry_points;"
+        "(p,) = entry_points(group='deepagents_code.sandbox_providers');"
+        "print(p.name, type(p.load()()).__name__)"
+    )
+    assert checked(deepagents / "bin" / "python", "-c", discover) == "sandbox-sdk DeepAgentsCodeProvider\n"
     listed = checked(deepagents / "bin" / "sbx", "providers")
     (daytona,) = [line for line in listed.splitlines() if line.startswith("daytona ")]
     assert f"not installed  pip install '{DISTRIBUTION}[daytona]'" in daytona
