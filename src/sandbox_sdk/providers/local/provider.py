@@ -37,9 +37,11 @@ class LocalProvider(HostStateProvider[TrackedLocalSandbox]):
     **Not isolated** (see the module warning): choose it explicitly, for tests
     and trusted code. ``create`` options: ``ttl``, ``idle_timeout``, ``setup``
     (see docs/lifecycle.md). The operation server its sandboxes' file
-    operations start is a process of this machine that exits after
-    ``operation_server_idle`` seconds (600) without a request, so it can
-    outlive the program by that long (docs/lifecycle.md)."""
+    operations start is a process of this machine, shared by the user's
+    programs: it is stopped when the program that started it exits
+    normally, and otherwise (``os._exit``, a kill) exits after
+    ``operation_server_idle`` seconds (600) without a request
+    (docs/lifecycle.md)."""
 
     name = "local"
 
