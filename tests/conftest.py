@@ -66,6 +66,7 @@ NO_PROCESS_TESTS: dict[str, tuple[str, ...]] = {
         "test_a_grep_regardless_of_case_imports_no_re_for_ascii_text",
     ),
     "tests/test_provider_flows.py": (),
+    "tests/test_registry.py": (),
     "tests/test_release.py": (
         "test_a_tag_that_is_not_the_version_builds_nothing",
         "test_a_version_without_its_changelog_section_builds_nothing",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypedDict
 
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.provider_kit.host_state import WORKSPACE_DIR, HostStateProvider, SandboxRecord, mark_used
@@ -29,6 +30,16 @@ class TrackedLocalSandbox(LocalSandbox):
     async def aexecute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
         mark_used(self.sandbox_dir)
         return await super().aexecute(command, timeout=timeout)
+
+
+class LocalProviderOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`LocalProvider` (``get_provider("local", **config)``
+    type-checks them against this; tests/test_registry.py keeps the two alike)."""
+
+    state_dir: str | os.PathLike[str] | None
+    timeout: float
+    max_output_bytes: int
+    env: Mapping[str, str] | None
 
 
 class LocalProvider(HostStateProvider[TrackedLocalSandbox]):
