@@ -294,7 +294,7 @@ PACKAGE = "sandbox_sdk"
 #: - applications: what is built on the public API (integrations, the runner,
 #:   the CLI, the conformance suites).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("vocabulary", ("sandbox_sdk.errors", "sandbox_sdk.models", "sandbox_sdk.wire")),
+    ("vocabulary", ("sandbox_sdk.errors", "sandbox_sdk.models", "sandbox_sdk.wire", "sandbox_sdk.mounts")),
     ("protocol", ("sandbox_sdk.remote", "sandbox_sdk.protocol")),
     (
         "calls",
@@ -309,7 +309,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sandbox_sdk.process",
         ),
     ),
-    ("transfer", ("sandbox_sdk.transfer",)),
+    ("transfer", ("sandbox_sdk.transfer", "sandbox_sdk.snapshots")),
     (
         "sandbox",
         (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -226,6 +227,15 @@ def test_a_sandbox_class_setting_a_limit_as_an_attribute_is_refused(name: str) -
     """Nothing would read it: the class fails where it is written, not later."""
     with pytest.raises(TypeError, match=f"sets {name}: declare them as limits = Limits"):
         type("Stale", (sandbox_sdk.BaseSandbox,), {name: 1})
+
+
+@pytest.mark.parametrize("name", ["max_output_bytes", "operation_timeout"])
+def test_a_limit_set_on_a_sandbox_object_is_refused(name: str, tmp_path: Any) -> None:
+    sandbox = LocalSandbox(tmp_path)
+    with pytest.raises(TypeError, match=f"LocalSandbox.{name} is not read: set sandbox.limits"):
+        setattr(sandbox, name, 1)
+    sandbox.limits = replace(sandbox.limits, **{name: 1})
+    assert getattr(sandbox.limits, name) == 1
 
 
 def test_a_sandbox_class_declaring_limits_is_accepted() -> None:

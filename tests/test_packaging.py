@@ -32,7 +32,7 @@ MYPY = f"mypy=={version('mypy')}"
 #: What each group's venv installs (``{source}``: a copy of this checkout).
 GROUPS = {
     "core": [DISTRIBUTION, MYPY],
-    "extras": [f"{DISTRIBUTION}[cli,daytona,docker,e2b,inspect,mcp,modal,remote]"],
+    "extras": [f"{DISTRIBUTION}[cli,daytona,docker,e2b,inspect,mcp,modal,openai-agents,remote]"],
     "deepagents": [f"{DISTRIBUTION}[cli,deepagents]"],
     "editable": ["--editable", "{source}", MYPY],
 }
@@ -160,6 +160,7 @@ def test_every_extra_imports_its_providers_and_integrations(venvs: dict[str, Pat
         "import pkgutil, sandbox_sdk.providers as p;"
         "[__import__(m.name) for m in pkgutil.walk_packages(p.__path__, 'sandbox_sdk.providers.')];"
         "import sandbox_sdk.integrations.inspect, sandbox_sdk.integrations.mcp, sandbox_sdk.runner;"
+        "import sandbox_sdk.integrations.openai_agents;"
         "print('ok')"
     )
     assert checked(python, "-c", walk) == "ok\n"

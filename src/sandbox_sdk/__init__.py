@@ -35,8 +35,11 @@ from sandbox_sdk.errors import (
     SandboxPermissionError,
     SandboxRuntimeError,
     SandboxTimeoutError,
+    SnapshotDamagedError,
+    SnapshotNotFoundError,
     TransferFailedError,
     UnmanagedSandboxError,
+    UnsupportedError,
 )
 from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import (
@@ -59,9 +62,17 @@ from sandbox_sdk.models import (
     StreamEvent,
     WriteResult,
 )
+from sandbox_sdk.mounts import Mount, agent_data_mounts
 from sandbox_sdk.process import Process
 from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.registry import available_providers, get_provider
+from sandbox_sdk.snapshots import (
+    DirectorySnapshotStore,
+    FsspecSnapshotStore,
+    Snapshot,
+    SnapshotEntry,
+    SnapshotStore,
+)
 from sandbox_sdk.transfer import TransferResults
 
 if TYPE_CHECKING:
@@ -86,6 +97,7 @@ __all__ = [
     "BaseSandbox",
     "DirectoryListing",
     "DirectoryNotEmptyError",
+    "DirectorySnapshotStore",
     "DirectoryTransferResult",
     "EditAmbiguousError",
     "EditNoMatchError",
@@ -94,6 +106,7 @@ __all__ = [
     "FileDownloadResponse",
     "FileInfo",
     "FileUploadResponse",
+    "FsspecSnapshotStore",
     "GlobResult",
     "GrepMatch",
     "GrepResult",
@@ -101,6 +114,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidPathError",
     "Limits",
+    "Mount",
     "NotTextFileError",
     "OutputLimitExceededError",
     "Process",
@@ -124,11 +138,18 @@ __all__ = [
     "SandboxProvider",
     "SandboxRuntimeError",
     "SandboxTimeoutError",
+    "Snapshot",
+    "SnapshotDamagedError",
+    "SnapshotEntry",
+    "SnapshotNotFoundError",
+    "SnapshotStore",
     "StreamEvent",
     "TransferFailedError",
     "TransferResults",
     "UnmanagedSandboxError",
+    "UnsupportedError",
     "WriteResult",
+    "agent_data_mounts",
     "available_providers",
     "get_provider",
 ]

@@ -214,6 +214,16 @@ class SandboxCore(SandboxHandle):
                 f"limits = Limits({moved[0]}=...) (sandbox_sdk.Limits, docs/provider-guide.md)"
             )
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Refuse a limit set on a sandbox object (``sandbox.max_output_bytes
+        = ...``), which nothing would read either: replace :attr:`limits`."""
+        if name in LIMIT_NAMES:
+            raise TypeError(
+                f"{type(self).__name__}.{name} is not read: set "
+                f"sandbox.limits = dataclasses.replace(sandbox.limits, {name}=...) (docs/provider-guide.md)"
+            )
+        super().__setattr__(name, value)
+
     @property
     @abstractmethod
     def id(self) -> str:

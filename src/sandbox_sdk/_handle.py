@@ -16,17 +16,21 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Any, Protocol, Self
 
 from sandbox_sdk import errors
 
 
 class SandboxOwner(Protocol):
-    """What deletes a sandbox: its provider."""
+    """What deletes a sandbox, and makes its forks: its provider."""
 
     def delete(self, sandbox_id: str) -> None: ...
 
     async def adelete(self, sandbox_id: str) -> None: ...
+
+    def create(self, **options: Any) -> Any: ...
+
+    async def acreate(self, **options: Any) -> Any: ...
 
 
 class SandboxHandle(ABC):

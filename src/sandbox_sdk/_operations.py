@@ -25,7 +25,9 @@ import os
 import shlex
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Mapping, Sequence
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO, Self, TypeVar
+
+import anyio.to_thread
 
 from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors, protocol
@@ -98,6 +100,7 @@ from sandbox_sdk.models import (
 )
 from sandbox_sdk.process import Process
 from sandbox_sdk.remote.grep import is_literal
+from sandbox_sdk.snapshots import Snapshot, SnapshotStore, restore_snapshot, snapshot_store_for, take_snapshot
 from sandbox_sdk.transfer import Progress, TransferResults, UploadSource
 from sandbox_sdk.transfer._batch import download_files, upload_files
 from sandbox_sdk.transfer._directories import SymlinkPolicy, download_dir, upload_dir
@@ -506,6 +509,76 @@ class SandboxOperations(SandboxCore):
         that would land outside ``local_dir`` (``..``, absolute names, links
         pointing out) are refused before anything is written."""
         return download_dir(self, remote_dir, local_dir, progress, exclude=exclude, symlinks=symlinks)
+
+    # -- workspace state ------------------------------------------------------------------
+
+    def _op_snapshot(
+        self,
+        paths: Sequence[str] | None = None,
+        *,
+        exclude: Sequence[str] = (),
+        store: SnapshotStore | None = None,
+    ) -> Operation[Snapshot]:
+        """Capture the workspace (the working directory, or ``paths`` in it)
+        into ``store`` (default: a :class:`~sandbox_sdk.DirectorySnapshotStore`
+        under ``$SANDBOX_SDK_HOME/snapshots``): every file, empty directory,
+        mode, hard link and symlink inside, each file stored once by its
+        SHA-256 across snapshots. ``exclude`` as for :meth:`download_dir`;
+        a symlink pointing out of the workspace is left out. The manifest is
+        saved last: an interrupted snapshot leaves none (docs/state.md)."""
+        return take_snapshot(self, paths, exclude, store)
+
+    def _op_restore(
+        self, snapshot: Snapshot | str, *, store: SnapshotStore | None = None
+    ) -> Operation[Snapshot]:
+        """Put a snapshot's files back (bytes, modes, links), each blob checked
+        against the manifest before anything in the sandbox changes: each
+        of its paths replaced by the snapshot's tree in one step, so an
+        interrupted restore leaves the old files or the new ones
+        (docs/state.md). ``SnapshotDamagedError`` or ``SnapshotNotFoundError``
+        leave the sandbox as it was. Returns the snapshot restored."""
+        return restore_snapshot(self, snapshot, store)
+
+    def expose_port(self, port: int, *, host: str = "127.0.0.1") -> str:
+        """A URL on the host (``http://HOST:PORT``, for HTTP and WebSocket)
+        that reaches ``port`` inside the sandbox, until :meth:`unexpose` or the
+        sandbox's end. ``UnsupportedError`` where the provider has no way in
+        (docs/policy.md); bwrap forwards into the jail's network namespace."""
+        raise errors.UnsupportedError(
+            f"{type(self).__name__} cannot expose ports to the host "
+            "(docs/policy.md lists the providers that can)"
+        )
+
+    def unexpose(self, port: int) -> None:
+        """Stop forwarding ``port`` (connections through it end); nothing if it was not exposed."""
+
+    async def aexpose_port(self, port: int, *, host: str = "127.0.0.1") -> str:
+        """Async twin of :meth:`expose_port`."""
+        return await anyio.to_thread.run_sync(lambda: self.expose_port(port, host=host))
+
+    async def aunexpose(self, port: int) -> None:
+        """Async twin of :meth:`unexpose`."""
+        await anyio.to_thread.run_sync(self.unexpose, port)
+
+    def fork(self, *, store: SnapshotStore | None = None, **create_options: Any) -> Self:
+        """A new sandbox of the same provider with this one's workspace files:
+        a :meth:`snapshot` (into ``store``, else a temporary one removed after)
+        and ``provider.create(from_snapshot=..., **create_options)``."""
+        with snapshot_store_for(store) as chosen:
+            snapshot = self._drive(self._op_snapshot(store=chosen))
+            forked: Self = self._owning_provider().create(
+                from_snapshot=snapshot, snapshot_store=chosen, **create_options
+            )
+            return forked
+
+    async def afork(self, *, store: SnapshotStore | None = None, **create_options: Any) -> Self:
+        """Async twin of :meth:`fork`."""
+        with snapshot_store_for(store) as chosen:
+            snapshot = await self._adrive(self._op_snapshot(store=chosen))
+            forked: Self = await self._owning_provider().acreate(
+                from_snapshot=snapshot, snapshot_store=chosen, **create_options
+            )
+            return forked
 
 
 def command_of(

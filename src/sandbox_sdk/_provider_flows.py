@@ -1,7 +1,7 @@
 """A provider's lifecycle, written once as flows for the kernel.
 
 A flow yields requests (:class:`Get`, :class:`List`, :class:`Create`,
-:class:`Probe`, :class:`Delete`, :class:`Sleep`, and :class:`Lock` /
+:class:`Probe`, :class:`Restore`, :class:`Delete`, :class:`Sleep`, and :class:`Lock` /
 :class:`Unlock` around a lookup by labels) and receives their replies. ``SandboxProvider`` performs
 them with its sync primitives (``get``, ``list``, ``_create``, ``delete``,
 ``_label_lock``) in ``_perform`` and with the async ones in ``_aperform``, so
@@ -27,6 +27,7 @@ from sandbox_sdk._core import NativeRequest
 from sandbox_sdk._kernel import can_clean_up
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, SandboxInfo, SandboxPage
+from sandbox_sdk.snapshots import Snapshot, SnapshotStore
 
 SandboxT = TypeVar("SandboxT", bound=BaseSandbox)
 T = TypeVar("T")
@@ -71,6 +72,15 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class Restore:
+    """Put a snapshot's files into a new sandbox (its ``restore``)."""
+
+    sandbox: BaseSandbox
+    snapshot: Snapshot | str
+    store: SnapshotStore | None
+
+
+@dataclass(frozen=True)
 class Delete:
     """Delete a sandbox (``delete``); idempotent."""
 
@@ -101,7 +111,7 @@ class Sleep:
 #: A provider's flow may also yield its own requests (subclasses of
 #: :class:`~sandbox_sdk.provider_kit.NativeRequest`), which its ``_perform`` /
 #: ``_aperform`` override carries out, handing every other request to ``super()``.
-Request = Get | List | Create | Probe | Delete | Lock | Unlock | Sleep | NativeRequest
+Request = Get | List | Create | Probe | Restore | Delete | Lock | Unlock | Sleep | NativeRequest
 #: A lifecycle flow returning ``T``.
 Flow = Generator[Request, Any, T]
 
@@ -179,11 +189,23 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
     #: The name under which the provider is registered (entry point).
     name: ClassVar[str] = ""
 
+    #: Whether ``create`` binds host paths into a sandbox (``mounts=[Mount(...)]``,
+    #: docs/policy.md); a provider that cannot refuses the option by name.
+    supports_mounts: ClassVar[bool] = False
+
     #: Seconds a new sandbox may take to show in ``list``. A provider whose
     #: listing lags and whose label lock is not exclusive across clients sets
     #: it, and ``get_or_create`` by labels then converges after creating (see
     #: :meth:`_converge`); 0 (an exact listing or an exclusive lock) skips that.
     _listing_lag: float = 0.0
+
+    def _refuse_unsupported(self, options: Mapping[str, Any]) -> None:
+        """Refuse, before anything is made, a policy this provider cannot enforce."""
+        if options.get("mounts") and not self.supports_mounts:
+            raise errors.InvalidArgumentError(
+                f"the {self.name} provider cannot mount host paths into a sandbox (mounts=...): "
+                "docs/policy.md lists the providers that can"
+            )
 
     @abstractmethod
     def _perform(self, request: Request) -> Any:
@@ -228,6 +250,8 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
         labels: Mapping[str, str] | None = None,
         ttl: float | None = None,
         idle_timeout: float | None = None,
+        from_snapshot: Snapshot | str | None = None,
+        snapshot_store: SnapshotStore | None = None,
         **options: Any,
     ) -> Flow[SandboxT]:
         """A new sandbox, checked alive; deleted again if the check fails.
@@ -235,13 +259,19 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
 
         Every provider takes ``ttl`` (seconds from creation) and
         ``idle_timeout`` (seconds unused; ``None``: the provider's default);
-        ``options`` are the provider's own (docs/lifecycle.md)."""
+        ``options`` are the provider's own (docs/lifecycle.md). With
+        ``from_snapshot`` (a :class:`~sandbox_sdk.Snapshot` or its id in
+        ``snapshot_store``), the new sandbox starts with its files, or is
+        deleted again if they cannot be restored (docs/state.md)."""
         wanted, options = checked_labels(labels), with_lifetime(options, ttl, idle_timeout)
+        self._refuse_unsupported(options)
         sandbox: SandboxT = yield Create(wanted, options)
         lifecycle_log.info("%s: created sandbox %s labels=%s", self.name, sandbox.id, wanted)
         try:
             if not (yield from self._op_is_alive(sandbox)):
                 raise errors.SandboxRuntimeError(f"new sandbox {sandbox.id} failed its health check")
+            if from_snapshot is not None:
+                yield Restore(sandbox, from_snapshot, snapshot_store)
         except BaseException as exc:
             if can_clean_up(exc):
                 with contextlib.suppress(Exception):  # the original failure is the one to report
@@ -263,6 +293,7 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
         or a new one with them. With neither: a new sandbox. ``ttl``,
         ``idle_timeout`` and ``options`` are for a new one, as in ``create``."""
         wanted, options = checked_labels(labels), with_lifetime(options, ttl, idle_timeout)
+        self._refuse_unsupported(options)
         if sandbox_id is not None:
             return (yield from self._get_live(sandbox_id))
         if not wanted:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sandbox_sdk._provider_flows import LifecycleFlows, SandboxT
+from sandbox_sdk.snapshots import Snapshot, SnapshotStore
 
 
 class ProviderLifecycle(LifecycleFlows[SandboxT]):
@@ -54,6 +55,8 @@ class ProviderLifecycle(LifecycleFlows[SandboxT]):
         labels: Mapping[str, str] | None = None,
         ttl: float | None = None,
         idle_timeout: float | None = None,
+        from_snapshot: Snapshot | str | None = None,
+        snapshot_store: SnapshotStore | None = None,
         **options: Any,
     ) -> SandboxT:
         """A new sandbox, checked alive; deleted again if the check fails.
@@ -61,8 +64,20 @@ class ProviderLifecycle(LifecycleFlows[SandboxT]):
 
         Every provider takes ``ttl`` (seconds from creation) and
         ``idle_timeout`` (seconds unused; ``None``: the provider's default);
-        ``options`` are the provider's own (docs/lifecycle.md)."""
-        return self._drive(self._op_create(labels=labels, ttl=ttl, idle_timeout=idle_timeout, **options))
+        ``options`` are the provider's own (docs/lifecycle.md). With
+        ``from_snapshot`` (a :class:`~sandbox_sdk.Snapshot` or its id in
+        ``snapshot_store``), the new sandbox starts with its files, or is
+        deleted again if they cannot be restored (docs/state.md)."""
+        return self._drive(
+            self._op_create(
+                labels=labels,
+                ttl=ttl,
+                idle_timeout=idle_timeout,
+                from_snapshot=from_snapshot,
+                snapshot_store=snapshot_store,
+                **options,
+            )
+        )
 
     async def acreate(
         self,
@@ -70,13 +85,22 @@ class ProviderLifecycle(LifecycleFlows[SandboxT]):
         labels: Mapping[str, str] | None = None,
         ttl: float | None = None,
         idle_timeout: float | None = None,
+        from_snapshot: Snapshot | str | None = None,
+        snapshot_store: SnapshotStore | None = None,
         **options: Any,
     ) -> SandboxT:
         """Async twin of :meth:`create`: a new sandbox, checked alive; deleted
         again if the check fails. ``with provider.create() as sandbox:`` deletes
         it on leaving the block."""
         return await self._adrive(
-            self._op_create(labels=labels, ttl=ttl, idle_timeout=idle_timeout, **options)
+            self._op_create(
+                labels=labels,
+                ttl=ttl,
+                idle_timeout=idle_timeout,
+                from_snapshot=from_snapshot,
+                snapshot_store=snapshot_store,
+                **options,
+            )
         )
 
     def get_or_create(

@@ -30,6 +30,7 @@ from sandbox_sdk.models import (
     WriteResult,
 )
 from sandbox_sdk.process import Process
+from sandbox_sdk.snapshots import Snapshot, SnapshotStore
 from sandbox_sdk.transfer import Progress, TransferResults, UploadSource
 from sandbox_sdk.transfer._directories import SymlinkPolicy
 
@@ -501,3 +502,55 @@ class BaseSandbox(SandboxOperations):
                 remote_dir, local_dir, exclude=exclude, symlinks=symlinks, progress=progress
             )
         )
+
+    def snapshot(
+        self,
+        paths: Sequence[str] | None = None,
+        *,
+        exclude: Sequence[str] = (),
+        store: SnapshotStore | None = None,
+    ) -> Snapshot:
+        """Capture the workspace (the working directory, or ``paths`` in it)
+        into ``store`` (default: a :class:`~sandbox_sdk.DirectorySnapshotStore`
+        under ``$SANDBOX_SDK_HOME/snapshots``): every file, empty directory,
+        mode, hard link and symlink inside, each file stored once by its
+        SHA-256 across snapshots. ``exclude`` as for :meth:`download_dir`;
+        a symlink pointing out of the workspace is left out. The manifest is
+        saved last: an interrupted snapshot leaves none (docs/state.md)."""
+        return self._drive(self._op_snapshot(paths, exclude=exclude, store=store))
+
+    async def asnapshot(
+        self,
+        paths: Sequence[str] | None = None,
+        *,
+        exclude: Sequence[str] = (),
+        store: SnapshotStore | None = None,
+    ) -> Snapshot:
+        """Async twin of :meth:`snapshot`: capture the workspace (the working
+        directory, or ``paths`` in it) into ``store`` (default: a
+        :class:`~sandbox_sdk.DirectorySnapshotStore` under
+        ``$SANDBOX_SDK_HOME/snapshots``): every file, empty directory, mode,
+        hard link and symlink inside, each file stored once by its SHA-256
+        across snapshots. ``exclude`` as for :meth:`download_dir`; a symlink
+        pointing out of the workspace is left out. The manifest is saved last:
+        an interrupted snapshot leaves none (docs/state.md)."""
+        return await self._adrive(self._op_snapshot(paths, exclude=exclude, store=store))
+
+    def restore(self, snapshot: Snapshot | str, *, store: SnapshotStore | None = None) -> Snapshot:
+        """Put a snapshot's files back (bytes, modes, links), each blob checked
+        against the manifest before anything in the sandbox changes: each
+        of its paths replaced by the snapshot's tree in one step, so an
+        interrupted restore leaves the old files or the new ones
+        (docs/state.md). ``SnapshotDamagedError`` or ``SnapshotNotFoundError``
+        leave the sandbox as it was. Returns the snapshot restored."""
+        return self._drive(self._op_restore(snapshot, store=store))
+
+    async def arestore(self, snapshot: Snapshot | str, *, store: SnapshotStore | None = None) -> Snapshot:
+        """Async twin of :meth:`restore`: put a snapshot's files back (bytes,
+        modes, links), each blob checked against the manifest before anything in
+        the sandbox changes: each of its paths replaced by the snapshot's tree
+        in one step, so an interrupted restore leaves the old files or the new
+        ones (docs/state.md). ``SnapshotDamagedError`` or
+        ``SnapshotNotFoundError`` leave the sandbox as it was. Returns the
+        snapshot restored."""
+        return await self._adrive(self._op_restore(snapshot, store=store))

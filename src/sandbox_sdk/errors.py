@@ -78,6 +78,15 @@ class IntegrityError(SandboxError):
     """Transferred bytes did not match the size or SHA-256 reported by the other side."""
 
 
+class SnapshotDamagedError(IntegrityError):
+    """A snapshot's manifest or one of its blobs is missing or does not match
+    its digest (docs/state.md); nothing was restored."""
+
+
+class SnapshotNotFoundError(SandboxError, LookupError):
+    """The store has no snapshot with this id."""
+
+
 class SandboxTimeoutError(SandboxError, TimeoutError):
     """The command or operation ran past its timeout and was killed."""
 
@@ -107,6 +116,11 @@ class UnmanagedSandboxError(SandboxError, RuntimeError):
 
 class ProcessNotFoundError(SandboxError, LookupError):
     """No process with this pid was started in the sandbox (or its record is gone)."""
+
+
+class UnsupportedError(SandboxError, NotImplementedError):
+    """The provider cannot do this (``expose_port`` where it has no way in,
+    say); the message names what and where to look (docs/policy.md)."""
 
 
 class ProviderUnavailableError(SandboxError):

@@ -37,6 +37,7 @@ from sandbox_sdk._provider_flows import (
     Lock,
     Probe,
     Request,
+    Restore,
     SandboxT,
     Sleep,
     Unlock,
@@ -170,6 +171,8 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
                 return self._handed_out(self._create(labels=labels, **options))
             case Probe(sandbox):
                 return sandbox.execute(PROBE_COMMAND, timeout=HEALTH_CHECK_TIMEOUT)
+            case Restore(sandbox, snapshot, store):
+                return sandbox.restore(snapshot, store=store)
             case Delete(sandbox_id):
                 return self._delete(sandbox_id)
             case Lock(labels):
@@ -192,6 +195,8 @@ class SandboxProvider(ProviderLifecycle[SandboxT]):
                 return self._handed_out(await self._acreate(labels=labels, **options))
             case Probe(sandbox):
                 return await sandbox.aexecute(PROBE_COMMAND, timeout=HEALTH_CHECK_TIMEOUT)
+            case Restore(sandbox, snapshot, store):
+                return await sandbox.arestore(snapshot, store=store)
             case Delete(sandbox_id):
                 return await self._adelete(sandbox_id)
             case Lock(labels):

@@ -1,8 +1,11 @@
-"""Client memory stays bounded by a few chunks, not by the file.
+"""Client memory stays bounded by the chunks in flight, not by the file.
 
-256 MiB rather than 1 GiB: on the 2-core CI machine execute()-based uploads
-run at roughly 10-25 MiB/s, so 1 GiB each way would take minutes; 256 MiB is
-already four times the 64 MiB bound, so a client that held the file (or a
+The bound is what the transfer may hold by design: ``transfer_concurrency``
+commands in flight, each a chunk's bytes and the command carrying them
+(two ``max_command_bytes``), and room for the interpreter's own pools. 256
+MiB rather than 1 GiB: on the 2-core CI machine execute()-based uploads run
+at roughly 10-25 MiB/s, so 1 GiB each way would take minutes; 256 MiB is
+already three times the bound, so a client that held the file (or a
 fraction of it per chunk list) could not pass.
 """
 
@@ -15,9 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from sandbox_sdk.providers.local import LocalSandbox
+
 PROBE = Path(__file__).with_name("memory_probe.py")
 SIZE_MIB = 256
-BOUND_MIB = 64
+MIB = 1024 * 1024
+LIMITS = LocalSandbox.limits
+BOUND_MIB = LIMITS.transfer_concurrency * 2 * LIMITS.max_command_bytes / MIB + 16
 
 
 @pytest.mark.slow

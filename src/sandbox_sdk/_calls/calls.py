@@ -290,6 +290,8 @@ DELETE: Script[Empty] = Script("delete")
 
 MKDIR: Script[Empty] = Script("mkdir")
 
+REPLACE_TREE: Script[Empty] = Script("replace_tree")
+
 GLOB: Script[GlobReply] = Script("glob")
 
 GREP: Script[GrepReply] = Script("grep")

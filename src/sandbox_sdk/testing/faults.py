@@ -22,10 +22,15 @@ from sandbox_sdk.models import ExecuteResponse
 
 
 class LimitedSandbox(BaseSandbox):
-    """``inner`` with a hard command-size limit and a hard output cap."""
+    """``inner`` with a hard command-size limit and a hard output cap. It
+    keeps its scratch files, scripts and operation channel where ``inner``
+    does (a host's ``/tmp`` is no place for a test's scratch files)."""
 
     def __init__(self, inner: BaseSandbox, *, max_command_bytes: int, max_output_bytes: int) -> None:
         self.inner = inner
+        self.scratch_dir = inner.scratch_dir
+        self.installed_scripts = inner.installed_scripts
+        self.operation_channel = inner.operation_channel
         self.limits = replace(
             inner.limits, max_command_bytes=max_command_bytes, max_output_bytes=max_output_bytes
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ import pytest
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.provider import SandboxProvider
+from sandbox_sdk.snapshots import DirectorySnapshotStore
 
 #: An id no provider hands out, but shaped like the usual ones.
 UNKNOWN_IDS = ("no-such-sandbox", "local-000000000000000000000000", "bwrap-ffffffffffffffffffffffff")
@@ -186,3 +188,35 @@ class ProviderConformanceTests:
         await (await provider.aget(again.id)).adelete_sandbox()
         with pytest.raises(errors.SandboxNotFoundError):
             await provider.aget(again.id)
+
+    # -- workspace state --------------------------------------------------------------------
+
+    def test_a_sandbox_made_from_a_snapshot_or_forked_has_its_files(
+        self, provider: SandboxProvider[Any], made: list[str], tmp_path: Path
+    ) -> None:
+        """``create(from_snapshot=...)`` and ``fork()`` start a new sandbox with
+        the snapshot's files, and the fork's changes are its own."""
+        store = DirectorySnapshotStore(tmp_path / "store")
+        source = self._new(provider, made)
+        source.mkdir("project/src")
+        source.write("project/src/main.py", "print('kept')\n")
+        snapshot = source.snapshot(["project"], store=store)
+        restored = provider.create(from_snapshot=snapshot.id, snapshot_store=store)
+        made.append(restored.id)
+        assert restored.read("project/src/main.py").content == "print('kept')\n"
+        forked = source.fork(labels={"forked-from": source.id})
+        made.append(forked.id)
+        assert forked.id not in (source.id, restored.id)
+        assert forked.read("project/src/main.py").content == "print('kept')\n"
+        forked.write("project/src/main.py", "print('changed in the fork')\n", overwrite=True)
+        assert source.read("project/src/main.py").content == "print('kept')\n"
+        with pytest.raises(errors.SnapshotNotFoundError):
+            provider.create(from_snapshot="0" * 64, snapshot_store=store)
+
+    async def test_async_fork(self, provider: SandboxProvider[Any], made: list[str]) -> None:
+        source = await provider.acreate()
+        made.append(source.id)
+        await source.awrite("notes.txt", "async\n")
+        forked = await source.afork()
+        made.append(forked.id)
+        assert (await forked.aread("notes.txt")).content == "async\n"

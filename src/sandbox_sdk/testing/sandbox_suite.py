@@ -31,6 +31,7 @@ import signal
 import time
 import tracemalloc
 from collections.abc import Callable
+from pathlib import Path
 
 import anyio
 import pytest
@@ -39,6 +40,7 @@ from sandbox_sdk import errors, protocol
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, StreamEvent
 from sandbox_sdk.process import Process
+from sandbox_sdk.snapshots import DirectorySnapshotStore
 from sandbox_sdk.testing._suite import SandboxSuite
 
 #: Names that have broken shell- and template-based sandbox SDKs, by test id.
@@ -1130,3 +1132,104 @@ class SandboxConformanceTests(SandboxSuite):
             tracemalloc.stop()
         assert received == size
         return peak
+
+    # -- workspace state ---------------------------------------------------------------------
+
+    def _tree(self, sandbox: BaseSandbox, workdir: str) -> list[str]:
+        """Every entry under ``workdir`` as the sandbox sees it: name, kind,
+        mode, link count, link target and content digest."""
+        response = sandbox.execute(f"python3 -c {shlex.quote(TREE_LISTING)} {shlex.quote(workdir)}")
+        assert response.exit_code == 0, response.output
+        return response.output.splitlines()
+
+    def _hostile_tree(self, sandbox: BaseSandbox, workdir: str) -> None:
+        """Hostile names, an empty directory, modes, a hard link and links in and out."""
+        for name in HOSTILE_NAMES:
+            raw = os.fsencode(name)
+            sandbox.upload_files([(os.fsdecode(os.fsencode(workdir) + b"/names/" + raw), raw)])
+        sandbox.upload_files([(self.p(workdir, "src/main.py"), b"print('hi')\n")])
+        setup = (
+            "mkdir -p empty/inner sub && printf 'secret' > sub/private && chmod 600 sub/private"
+            " && printf '#!/bin/sh\\n' > sub/run.sh && chmod 755 sub/run.sh && chmod 750 sub"
+            " && ln sub/run.sh hard-link && ln -s src/main.py link-in && ln -s /etc/hostname link-out"
+        )
+        assert sandbox.execute(f"cd {shlex.quote(workdir)} && {setup}").exit_code == 0
+
+    def test_a_snapshot_restores_the_files_exactly(
+        self, sandbox: BaseSandbox, workdir: str, tmp_path: Path
+    ) -> None:
+        """Bytes, names, modes, empty directories, hard links and the symlinks
+        inside come back as they were; whatever came after is gone; a link
+        out of the workspace is not captured (docs/state.md)."""
+        self._hostile_tree(sandbox, workdir)
+        store = DirectorySnapshotStore(tmp_path / "store")
+        snapshot = sandbox.snapshot([workdir], store=store)
+        expected = [line for line in self._tree(sandbox, workdir) if not line.startswith("b'link-out'")]
+        assert len(snapshot.entries) == len(expected) + 1  # the workdir itself
+        assert store.load(snapshot.id) == snapshot
+        changes = "rm -rf sub names/* && echo later > later.txt && echo changed > src/main.py"
+        assert sandbox.execute(f"cd {shlex.quote(workdir)} && {changes}").exit_code == 0
+        assert sandbox.restore(snapshot.id, store=store) == snapshot
+        assert self._tree(sandbox, workdir) == expected
+
+    def test_a_damaged_snapshot_changes_nothing(
+        self, sandbox: BaseSandbox, workdir: str, tmp_path: Path
+    ) -> None:
+        store = DirectorySnapshotStore(tmp_path / "store")
+        sandbox.write(self.p(workdir, "a.txt"), "first\n")
+        snapshot = sandbox.snapshot([workdir], store=store)
+        sandbox.write(self.p(workdir, "a.txt"), "second\n", overwrite=True)
+        [entry] = [e for e in snapshot.entries if e.path.endswith("a.txt")]
+        assert entry.sha256 is not None
+        blob = store.root / "blobs" / entry.sha256[:2] / entry.sha256
+        blob.write_bytes(b"third\n")
+        with pytest.raises(errors.SnapshotDamagedError, match=entry.sha256):
+            sandbox.restore(snapshot, store=store)
+        blob.unlink()
+        with pytest.raises(errors.SnapshotDamagedError, match="no blob"):
+            sandbox.restore(snapshot, store=store)
+        with pytest.raises(errors.SnapshotNotFoundError):
+            sandbox.restore("f" * 64, store=store)
+        assert sandbox.read(self.p(workdir, "a.txt")).content == "second\n"
+        assert sandbox.ls(workdir)[0].path.endswith("a.txt") and len(sandbox.ls(workdir)) == 1
+
+    def test_a_second_snapshot_stores_only_what_changed(
+        self, sandbox: BaseSandbox, workdir: str, tmp_path: Path
+    ) -> None:
+        store = DirectorySnapshotStore(tmp_path / "store")
+        make = f"cd {shlex.quote(workdir)} && for i in $(seq 200); do echo $i > f$i; done"
+        assert sandbox.execute(make).exit_code == 0
+        first = sandbox.snapshot([workdir], store=store)
+        blobs = sorted(store.root.glob("blobs/*/*"))
+        sandbox.write(self.p(workdir, "f7"), "changed\n", overwrite=True)
+        second = sandbox.snapshot([workdir], store=store)
+        assert first.id != second.id and first.files == second.files == 200
+        assert len(sorted(store.root.glob("blobs/*/*"))) == len(blobs) + 1
+        assert sorted(store.ids()) == sorted([first.id, second.id])
+
+    async def test_snapshot_async_twins(self, sandbox: BaseSandbox, workdir: str, tmp_path: Path) -> None:
+        store = DirectorySnapshotStore(tmp_path / "store")
+        await sandbox.awrite(self.p(workdir, "a.txt"), "async\n")
+        snapshot = await sandbox.asnapshot([workdir], store=store)
+        await sandbox.adelete(self.p(workdir, "a.txt"))
+        await sandbox.arestore(snapshot, store=store)
+        assert (await sandbox.aread(self.p(workdir, "a.txt"))).content == "async\n"
+
+
+#: Prints each entry under ``argv[1]`` (relative, repr of its bytes name),
+#: its kind, mode, link count, link target and SHA-256, sorted.
+TREE_LISTING = """import hashlib, os, stat, sys
+root = os.fsencode(sys.argv[1])
+lines = []
+for top, dirs, files in os.walk(root):
+    for name in dirs + files:
+        path = os.path.join(top, name)
+        st = os.lstat(path)
+        kind = "link" if stat.S_ISLNK(st.st_mode) else "dir" if stat.S_ISDIR(st.st_mode) else "file"
+        target = os.readlink(path) if kind == "link" else b""
+        digest = hashlib.sha256(open(path, "rb").read()).hexdigest() if kind == "file" else ""
+        nlink = st.st_nlink if kind == "file" else 0
+        rel = os.path.relpath(path, root)
+        lines.append(f"{rel!r} {kind} {stat.S_IMODE(st.st_mode):o} {nlink} {target!r} {digest}")
+print("\\n".join(sorted(lines)))
+"""

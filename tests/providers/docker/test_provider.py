@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_sdk import errors, get_provider
+from sandbox_sdk import Mount, errors, get_provider
 from sandbox_sdk.providers.docker import DEFAULT_IMAGE, DockerProvider, sandbox_name
 from sandbox_sdk.providers.docker.provider import EXPIRES_LABEL, KEPT_CAPABILITIES, WORKSPACE
 from sandbox_sdk.testing import ProviderConformanceTests
@@ -203,3 +203,28 @@ def test_sbx_reap_removes_expired_containers(
     done = Sbx(tmp_path, "docker", env={"DOCKER_HOST": docker_url})("reap")
     assert sandbox.id in done.stdout.split()
     assert sandbox.id not in [info.id for info in module_provider.iter_sandboxes()]
+
+
+def test_mounts_are_binds_read_only_or_shared(module_provider: DockerProvider, tmp_path: Path) -> None:
+    """``mounts`` are engine binds (docs/policy.md): read-only refuses every
+    change, read-write is shared both ways, unsafe targets are refused first."""
+    skills, outputs = tmp_path / "skills", tmp_path / "outputs"
+    skills.mkdir()
+    outputs.mkdir()
+    outputs.chmod(0o777)  # the image's user writes here
+    (skills / "SKILL.md").write_text("how to\n")
+    mounts = [
+        Mount(source=str(skills), target="/mnt/skills"),
+        Mount(source=str(outputs), target="/mnt/outputs", read_only=False),
+    ]
+    with module_provider.create(mounts=mounts) as sandbox:
+        assert sandbox.read("/mnt/skills/SKILL.md").content == "how to\n"
+        for change in ["echo x > /mnt/skills/SKILL.md", "touch /mnt/skills/new", "rm /mnt/skills/SKILL.md"]:
+            assert sandbox.execute(change).exit_code != 0, change
+        sandbox.write("/mnt/outputs/report.md", "done\n")
+        assert (outputs / "report.md").read_text() == "done\n"
+        (outputs / "from-host.txt").write_text("host\n")
+        assert sandbox.execute("cat /mnt/outputs/from-host.txt").output == "host\n"
+    assert (skills / "SKILL.md").read_text() == "how to\n"
+    with pytest.raises(errors.InvalidPathError, match="would cover /etc"):
+        module_provider.create(mounts=[Mount(source=str(skills), target="/etc/skills")])

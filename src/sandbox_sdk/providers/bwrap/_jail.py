@@ -57,6 +57,8 @@ START_SECONDS = 30.0
 #: enforces the timeout; this only guards against a jail that stopped
 #: answering).
 REPLY_GRACE_SECONDS = 30.0
+#: How long the jail's server may take to connect to a port in the jail and answer.
+CONNECT_REPLY_SECONDS = 30.0
 #: How long a cancelled command's kill may take to be confirmed.
 KILL_SECONDS = 5.0
 #: How often a blocked client looks at its cancel flag.
@@ -159,6 +161,29 @@ class JailClient:
         raise errors.SandboxRuntimeError(
             f"the sandbox's jail refused the command {SEND_ATTEMPTS} times: {self.log_tail()}"
         )
+
+    def connect_port(self, port: int) -> socket.socket:
+        """A TCP connection to ``127.0.0.1:port`` inside the jail (started if
+        need be), made by the jail's server in the jail's network namespace
+        and handed over as a descriptor; ``ConnectionRefusedError`` (an
+        ``OSError``) if nothing there accepts it."""
+        request = json.dumps({"connect": port}).encode()
+        with self._connect() as conn:
+            conn.settimeout(CONNECT_REPLY_SECONDS)
+            _send_request(conn, HEADER.pack(len(request)) + request, ())
+            header, ancillary, _flags, _address = conn.recvmsg(FRAME.size, socket.CMSG_SPACE(4))
+            if len(header) < FRAME.size:
+                raise ConnectionResetError(f"the jail did not answer a connection to port {port}")
+            kind, length = FRAME.unpack(header)
+            if kind == b"c":
+                for level, message_type, data in ancillary:
+                    if level == socket.SOL_SOCKET and message_type == socket.SCM_RIGHTS and len(data) >= 4:
+                        target = socket.socket(fileno=array.array("i", data[:4])[0])
+                        target.setblocking(True)
+                        return target
+                raise ConnectionResetError(f"the jail sent no connection to port {port}")
+            reason = _receive_exactly(conn, length).decode("utf-8", "replace")
+            raise ConnectionRefusedError(f"port {port} in the sandbox: {reason}")
 
     @staticmethod
     def _reply(reader: _FrameReader, first: tuple[bytes, bytes], max_output_bytes: int) -> ExecuteResponse:
@@ -304,6 +329,16 @@ class _FrameReader:
             ready, _, _ = select.select([self.conn], [], [], min(left, CANCEL_POLL_SECONDS))
             if ready:
                 return
+
+
+def _receive_exactly(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def _send_request(conn: socket.socket, data: bytes, pass_fds: Sequence[int]) -> None:

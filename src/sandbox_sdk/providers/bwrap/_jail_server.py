@@ -27,6 +27,11 @@ format, all integers big-endian:
   ``{"exit_code", "timed_out", "truncated"}``.
 * a ``k`` from the client, or its hang-up, kills the command's group (the
   ``x`` frame then follows a ``k``).
+* a request ``{"connect": PORT}`` runs no command: the server connects to
+  ``127.0.0.1:PORT`` from inside the jail's network namespace and replies
+  one ``c`` frame carrying the connected socket (``SCM_RIGHTS``), or an
+  ``e`` frame with the error's text. The host's port forwarder
+  (``sandbox.expose_port``) asks this once per forwarded connection.
 
 What a command leaves behind follows one rule, however the command ends
 (exit, timeout, cancel, hang-up): whatever is in its process group then is
@@ -93,6 +98,8 @@ POLL_SECONDS = 0.05
 SETTLE_POLL_SECONDS = 0.01
 TIMEOUT_EXIT_CODE = 124
 EXPIRY_CHECK_SECONDS = 2.0
+#: How long connecting to a port inside the jail may take.
+CONNECT_SECONDS = 10.0
 #: Each connection is served by a thread; a small stack keeps the server's
 #: address space (under the jail's ``memory_bytes`` limit) small.
 THREAD_STACK_BYTES = 256 * 1024
@@ -308,6 +315,11 @@ class Server:
             except (OSError, EOFError, ValueError) as exc:
                 print("jail server: a request was not received:", repr(exc), file=sys.stderr, flush=True)
                 return
+            if "connect" in request:
+                for fd in fds:
+                    os.close(fd)
+                self.connect_port(conn, int(request["connect"]))
+                return
             wanted_fds = list(request["fds"])
             channel = request.get("channel_fd")
             if channel is not None and self.operations is not None:
@@ -351,6 +363,18 @@ class Server:
                 if started.proc.stdout is not None:
                     started.proc.stdout.close()
                 started.ended.wait()
+
+    def connect_port(self, conn: socket.socket, port: int) -> None:
+        """A connection to the jail's ``127.0.0.1:port``, handed to the client."""
+        try:
+            target = socket.create_connection(("127.0.0.1", port), timeout=CONNECT_SECONDS)
+        except OSError as exc:
+            send_frame(conn, b"e", str(exc).encode())
+            return
+        with target:
+            target.settimeout(None)
+            rights = array.array("i", [target.fileno()])
+            conn.sendmsg([FRAME.pack(b"c", 0)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
 
     def reply(self, conn: socket.socket, output: bytes, status: Dict[str, Any]) -> None:
         try:

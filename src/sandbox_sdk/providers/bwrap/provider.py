@@ -10,6 +10,7 @@ from typing import Any, TypedDict
 from pydantic import ValidationError
 
 from sandbox_sdk import errors
+from sandbox_sdk.mounts import Mount, as_records, check_mounts
 from sandbox_sdk.provider_kit.host_state import USAGE_FILE, WORKSPACE_DIR, HostStateProvider, SandboxRecord
 from sandbox_sdk.providers.bwrap._jail import Expiry, stop_jail
 from sandbox_sdk.providers.bwrap.sandbox import (
@@ -17,6 +18,7 @@ from sandbox_sdk.providers.bwrap.sandbox import (
     DEFAULT_ROOT_SANDBOX_USER,
     JAIL_DIR,
     TMP_DIR,
+    WORKSPACE_PATH,
     BwrapSandbox,
     ResourceLimits,
     checked_jail,
@@ -41,13 +43,16 @@ class BwrapProvider(HostStateProvider[BwrapSandbox]):
     """Hands out :class:`BwrapSandbox` es, each a directory under ``state_dir``.
 
     ``limits``, ``network`` and ``env`` are defaults for new sandboxes;
-    ``create`` takes ``limits`` and ``network`` per sandbox (recorded, so the
-    sandbox keeps them) besides ``ttl``, ``idle_timeout`` and ``setup``.
+    ``create`` takes ``limits``, ``network`` and ``mounts`` (host paths bound
+    into the jail: :class:`~sandbox_sdk.Mount`, docs/policy.md) per sandbox
+    (recorded, so the sandbox keeps them) besides ``ttl``, ``idle_timeout``
+    and ``setup``.
     Raises ``ProviderUnavailableError`` at construction if bwrap is missing or
     cannot start a jail here; it never falls back to running unisolated."""
 
     name = "bwrap"
-    extra_options = frozenset({"limits", "network"})
+    extra_options = frozenset({"limits", "network", "mounts"})
+    supports_mounts = True
 
     def __init__(
         self,
@@ -85,10 +90,11 @@ class BwrapProvider(HostStateProvider[BwrapSandbox]):
         network = options.get("network", self.network)
         if not isinstance(network, bool):
             raise errors.InvalidArgumentError("network must be a bool")
+        mounts = check_mounts(options.get("mounts", ()), workspace=WORKSPACE_PATH)
         (staging_dir / TMP_DIR).mkdir()
         for directory in (staging_dir / WORKSPACE_DIR, staging_dir / TMP_DIR):
             self.jail.own(directory)
-        return {"limits": limits.model_dump(), "network": network}
+        return {"limits": limits.model_dump(), "network": network, "mounts": as_records(mounts)}
 
     def _open(self, record: SandboxRecord, directory: Path) -> BwrapSandbox:
         return BwrapSandbox(
@@ -97,6 +103,7 @@ class BwrapProvider(HostStateProvider[BwrapSandbox]):
             sandbox_id=record.id,
             limits=ResourceLimits.model_validate(record.options.get("limits", {})),
             network=bool(record.options.get("network", False)),
+            mounts=[Mount.model_validate(mount) for mount in record.options.get("mounts", [])],
             env=self.env,
             max_output_bytes=self.max_output_bytes,
             state_dir=directory,

@@ -24,9 +24,11 @@ from sandbox_sdk import errors, protocol
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import ExecuteResponse
+from sandbox_sdk.mounts import Mount, check_mounts, open_source
 from sandbox_sdk.provider_kit import command_seconds
 from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script
 from sandbox_sdk.provider_kit.host_state import mark_used
+from sandbox_sdk.provider_kit.port_forward import PortForwarder
 from sandbox_sdk.providers.bwrap import _keyring, _scripts, _seccomp
 from sandbox_sdk.providers.bwrap._jail import (
     CANCEL_POLL_SECONDS,
@@ -216,6 +218,23 @@ def _parents(path: str) -> list[str]:
     return [arg for parent in parents for arg in ("--perms", "0755", "--dir", parent)]
 
 
+def _user_mounts(mounts: Sequence[Mount], sources: Sequence[int]) -> list[str]:
+    """The user's mounts, each bound from its descriptor, its parents 0755."""
+    args: list[str] = []
+    for mount, fd in zip(mounts, sources, strict=True):
+        args += _parents(mount.target)
+        args += ["--ro-bind-fd" if mount.read_only else "--bind-fd", str(fd), mount.target]
+    return args
+
+
+@contextlib.contextmanager
+def _closing(fd: int) -> Iterator[int]:
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 class JailSettings(NamedTuple):
     """What one sandbox's jail is made of."""
 
@@ -223,6 +242,7 @@ class JailSettings(NamedTuple):
     tmp_dir: Path
     limits: ResourceLimits
     network: bool
+    mounts: tuple[Mount, ...] = ()
 
 
 class Jail:
@@ -288,7 +308,8 @@ class Jail:
         with contextlib.ExitStack() as stack:
             filter_fd = stack.enter_context(_memory_file("sandbox-sdk-seccomp", self.seccomp_filter))
             script_fd = stack.enter_context(_memory_file("sandbox-sdk-jail-server", _server_source()))
-            options = [*self.options(settings, scripts), "--info-fd", str(info_fd)]
+            sources = [stack.enter_context(_closing(open_source(mount))) for mount in settings.mounts]
+            options = [*self.options(settings, scripts, sources), "--info-fd", str(info_fd)]
             if not self.as_root:
                 options += ["--seccomp", str(filter_fd)]
             args_fd = stack.enter_context(_memory_file("sandbox-sdk-bwrap-args", _nul_separated(options)))
@@ -302,16 +323,17 @@ class Jail:
                 stdout=log_fd,
                 stderr=log_fd,
                 env={"PATH": PATH},
-                pass_fds=(*pass_fds, info_fd, filter_fd, script_fd, args_fd),
+                pass_fds=(*pass_fds, *sources, info_fd, filter_fd, script_fd, args_fd),
                 check=False,
             )
             _keyring.in_new_session_keyring(run)
 
-    def options(self, settings: JailSettings, scripts: Path) -> list[str]:
+    def options(self, settings: JailSettings, scripts: Path, sources: Sequence[int] = ()) -> list[str]:
         """bwrap's options: namespaces, mounts, environment. The server is the
         PID namespace's PID 1 (``--as-pid-1``, no bwrap process in the jail):
         no command can signal it, not even with ``kill -9 -1``
-        (``_jail_server``)."""
+        (``_jail_server``). ``sources`` are the descriptors of the user's
+        mounts' sources (``mounts.open_source``), bound by descriptor."""
         options = [
             "--new-session",
             "--unshare-pid",
@@ -338,6 +360,7 @@ class Jail:
             "--bind", str(settings.tmp_dir), "/tmp",
             *_parents(_scripts.JAIL_PATH),
             "--ro-bind", str(scripts), _scripts.JAIL_PATH,
+            *_user_mounts(settings.mounts, sources),
             "--remount-ro", "/",  # the jail's own root and /etc: nothing to write there
             "--chdir", WORKSPACE_PATH,
             "--clearenv",
@@ -437,6 +460,7 @@ class BwrapSandbox(BaseSandbox):
         sandbox_id: str | None = None,
         limits: ResourceLimits | None = None,
         network: bool = False,
+        mounts: Sequence[Mount] = (),
         env: Mapping[str, str] | None = None,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         bwrap: str | None = None,
@@ -463,12 +487,36 @@ class BwrapSandbox(BaseSandbox):
             weakref.finalize(self, _discard_jail, jail_dir)
         else:
             jail_dir = state_dir / JAIL_DIR
-        settings = JailSettings(self.workspace, self.tmp_dir, self.resources, self.network)
+        #: Host paths bound into the jail (``create(mounts=...)``), checked.
+        self.mounts = check_mounts(mounts, workspace=WORKSPACE_PATH)
+        settings = JailSettings(self.workspace, self.tmp_dir, self.resources, self.network, self.mounts)
         self.jail = JailClient(jail, settings, jail_dir, expiry or Expiry())
+        self._ports: dict[int, PortForwarder] = {}
+        self._ports_lock = threading.Lock()
 
     @property
     def id(self) -> str:
         return self._id
+
+    def expose_port(self, port: int, *, host: str = "127.0.0.1") -> str:
+        """A URL on the host reaching ``port`` in the jail: a forwarder on
+        ``host`` (loopback by default) whose every connection the jail's
+        server makes from inside the jail's network namespace (docs/policy.md).
+        Exposing a port again returns the same URL."""
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise errors.InvalidArgumentError(f"port must be an int from 1 to 65535, not {port!r}")
+        with self._ports_lock:
+            forwarder = self._ports.get(port)
+            if forwarder is None or forwarder.closed:
+                forwarder = PortForwarder(lambda: self.jail.connect_port(port), host=host)
+                self._ports[port] = forwarder
+            return forwarder.url
+
+    def unexpose(self, port: int) -> None:
+        with self._ports_lock:
+            forwarder = self._ports.pop(port, None)
+        if forwarder is not None:
+            forwarder.close()
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
         return self._execute(command, timeout, None)

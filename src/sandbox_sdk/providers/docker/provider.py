@@ -28,6 +28,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxInfo, SandboxPage
+from sandbox_sdk.mounts import check_mounts
 from sandbox_sdk.provider import SandboxProvider, labels_match
 from sandbox_sdk.provider_kit import Lifetime, NativeRequest, check_seconds
 from sandbox_sdk.providers.docker._errors import NameTakenError, translate_errors
@@ -77,7 +78,9 @@ KEPT_CAPABILITIES = (
     "NET_BIND_SERVICE",
 )
 #: Options of ``create`` besides ``ttl`` and ``idle_timeout``.
-SANDBOX_OPTIONS = frozenset({"image", "env", "cpu", "memory_bytes", "pids_limit", "network", "name"})
+SANDBOX_OPTIONS = frozenset(
+    {"image", "env", "cpu", "memory_bytes", "pids_limit", "network", "name", "mounts"}
+)
 #: Seconds ``get_or_create`` waits for a container another process is starting under the
 #: name it wants, before it gives up on it.
 START_WAIT_SECONDS = 60.0
@@ -164,10 +167,13 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
     ``ttl``, ``idle_timeout`` (seconds; the idle timeout is enforced by :meth:`reap`),
     ``image``, ``env``, ``cpu`` (cores), ``memory_bytes``, ``pids_limit``, ``network``
     (``False``: none, the default; ``True``: the engine's default bridge; a string: that
-    network), ``name``. The image is never pulled.
+    network), ``name``, ``mounts`` (host paths bound into the container:
+    :class:`~sandbox_sdk.Mount`, docs/policy.md; the engine's host's paths). The image is
+    never pulled.
     """
 
     name = "docker"
+    supports_mounts = True
 
     def __init__(
         self,
@@ -263,7 +269,13 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
             "network_mode": network_mode,
             "read_only": True,
             "tmpfs": {"/tmp": "rw,nosuid,nodev,mode=1777"},
-            "mounts": [docker.types.Mount(WORKSPACE, None, type="volume")],
+            "mounts": [
+                docker.types.Mount(WORKSPACE, None, type="volume"),
+                *(
+                    docker.types.Mount(mount.target, mount.source, type="bind", read_only=mount.read_only)
+                    for mount in check_mounts(options.get("mounts", ()), workspace=WORKSPACE)
+                ),
+            ],
             "cap_drop": ["ALL"],
             "cap_add": list(KEPT_CAPABILITIES),
             "security_opt": ["no-new-privileges"],
