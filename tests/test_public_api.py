@@ -128,6 +128,8 @@ reveal_type(get_provider())
 get_provider("local").create(ttl=600, idle_timeout="an hour")
 get_provider("bwrap", state_dirr="state")
 get_provider("docker", imagee="debian")
+get_provider("local").create(ttll=5)
+get_provider("bwrap").get_or_create(labels={"thread": "1"}, network=True, setupp="make")
 
 
 def configure(name: str) -> None:
@@ -149,7 +151,8 @@ REVEALED = [
 def test_get_provider_is_typed_per_name_for_mypy_users(tmp_path: Path) -> None:
     """mypy --strict, with no expression of type Any allowed, on a user's
     snippet outside the repository: the errors are the mistyped lifetime and
-    the misspelt provider options, for a shipped name and for any name."""
+    the misspelt options, of get_provider (for a shipped name and for any
+    name) and of create and get_or_create."""
     (tmp_path / "snippet.py").write_text(SNIPPET)
     result = subprocess.run(
         [
@@ -176,8 +179,9 @@ def test_get_provider_is_typed_per_name_for_mypy_users(tmp_path: Path) -> None:
     errors = [
         line for line in result.stdout.splitlines() if line.startswith("snippet.py:") and ": error:" in line
     ]
-    assert {line.split(":")[1] for line in errors} == {"11", "12", "13", "18"}, result.stdout
+    assert {line.split(":")[1] for line in errors} == {"11", "12", "13", "14", "15", "20"}, result.stdout
     (lifetime,) = [line for line in errors if line.startswith("snippet.py:11:")]
     assert 'Argument "idle_timeout"' in lifetime and "[arg-type]" in lifetime
-    for line, option in (("12", "state_dirr"), ("13", "imagee"), ("18", "state_dirr")):
+    options = (("12", "state_dirr"), ("13", "imagee"), ("14", "ttll"), ("15", "setupp"), ("20", "state_dirr"))
+    for line, option in options:
         assert any(f'snippet.py:{line}: error: Unexpected keyword argument "{option}"' in e for e in errors)

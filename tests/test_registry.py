@@ -2,7 +2,8 @@
 keyword arguments (a ``TypedDict`` per provider, for the overloads a type
 checker reads: tests/test_public_api.py runs mypy on misspelt ones), and a
 misspelt one is an ``InvalidArgumentError`` at run time, for any provider,
-before the provider is made."""
+before the provider is made. And ``create``'s own options: their names, for a
+type checker, are the ones the shipped providers take."""
 
 from __future__ import annotations
 
@@ -11,13 +12,19 @@ from pathlib import Path
 from typing import Any, ForwardRef
 
 import pytest
+from daytona import CreateSandboxFromImageParams, CreateSandboxFromSnapshotParams
 
 from sandbox_sdk import errors, get_provider, registry
+from sandbox_sdk.provider import CreateOptions
+from sandbox_sdk.provider_kit.host_state import COMMON_OPTIONS
 from sandbox_sdk.providers.bwrap.provider import BwrapProvider, BwrapProviderOptions
 from sandbox_sdk.providers.daytona.provider import DaytonaProvider, DaytonaProviderOptions
+from sandbox_sdk.providers.docker import provider as docker
 from sandbox_sdk.providers.docker.provider import DockerProvider, DockerProviderOptions
+from sandbox_sdk.providers.e2b import provider as e2b
 from sandbox_sdk.providers.e2b.provider import E2BProvider, E2BProviderOptions
 from sandbox_sdk.providers.local.provider import LocalProvider, LocalProviderOptions
+from sandbox_sdk.providers.modal import provider as modal
 from sandbox_sdk.providers.modal.provider import ModalProvider, ModalProviderOptions
 from sandbox_sdk.providers.remote.provider import RemoteProvider, RemoteProviderOptions
 
@@ -101,3 +108,23 @@ def test_a_third_party_factory_is_checked_the_same_way() -> None:
         errors.InvalidArgumentError, match=r"provider 'acme' takes no option 'zone'; its options: region"
     ):
         registry._check_options("acme", factory, {"zone": "x"})
+
+
+def test_create_takes_by_name_the_options_the_shipped_providers_take() -> None:
+    """``CreateOptions`` (``create`` and ``get_or_create``'s ``**options``) is the
+    union of what each shipped provider accepts besides the keywords every
+    provider has; each provider refuses the others at run time."""
+    lifetime = {"ttl", "idle_timeout"}
+    accepted = (
+        (COMMON_OPTIONS - lifetime)
+        | BwrapProvider.extra_options
+        | LocalProvider.extra_options
+        | docker.SANDBOX_OPTIONS
+        | e2b.CREATE_OPTIONS
+        | modal.SANDBOX_OPTIONS
+        | {"create_timeout"}
+        | (set(CreateSandboxFromSnapshotParams.model_fields) - {"labels"})
+        | (set(CreateSandboxFromImageParams.model_fields) - {"labels"})
+    )
+    assert set(CreateOptions.__annotations__) == accepted
+    assert not CreateOptions.__required_keys__
