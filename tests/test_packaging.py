@@ -10,6 +10,7 @@ editable install of the checkout, for mypy.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -78,8 +79,17 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def dist(source: Path) -> Path:
-    """The sdist and the wheel built from it (``python -m build``)."""
-    checked(sys.executable, "-m", "build", "--no-isolation", "--outdir", source.parent / "dist", source)
+    """The sdist and the wheel built by ``scripts/dist`` (``python -m build`` in
+    a clean copy of the checkout, then ``twine check --strict``), as the release
+    workflow builds them."""
+    done = subprocess.run(
+        [ROOT / "scripts" / "dist", "--no-isolation", source.parent / "dist"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable},
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
     return source.parent / "dist"
 
 
@@ -161,6 +171,13 @@ def test_every_extra_imports_its_providers_and_integrations(venvs: dict[str, Pat
     }
     deepagents = venvs["deepagents"]
     checked(deepagents / "bin" / "python", "-c", "import sandbox_sdk.integrations.deepagents")
+    # deepagents-code's discovery (entry.load()() on its group): the factory, from the wheel.
+    discover = (
+        "from importlib.metadata import entry_points;"
+        "(p,) = entry_points(group='deepagents_code.sandbox_providers');"
+        "print(p.name, type(p.load()()).__name__)"
+    )
+    assert checked(deepagents / "bin" / "python", "-c", discover) == "sandbox-sdk DeepAgentsCodeProvider\n"
     listed = checked(deepagents / "bin" / "sbx", "providers")
     (daytona,) = [line for line in listed.splitlines() if line.startswith("daytona ")]
     assert f"not installed  pip install '{DISTRIBUTION}[daytona]'" in daytona

@@ -148,7 +148,7 @@ def test_ctrl_c_during_the_health_check_still_deletes() -> None:
 def test_a_failed_create_has_nothing_to_delete() -> None:
     script = Script(errors.InvalidArgumentError("bad option"))
     with pytest.raises(errors.InvalidArgumentError):
-        kernel.run(flows._op_create(colour="blue"), script)
+        kernel.run(flows._op_create(**dict[str, Any](colour="blue")), script)  # past mypy, as a mapping
     assert script.requests == [Create({}, {"colour": "blue"})]
 
 
@@ -384,7 +384,7 @@ def test_sync_performer_runs_the_flows_with_the_primitives() -> None:
     assert provider.get_or_create(labels=LABELS) is first
     assert provider.get_or_create(sandbox_id=first.id) is first
     with pytest.raises(errors.SandboxRuntimeError):
-        provider.create(exit_code=1)
+        provider.create(**dict[str, Any](exit_code=1))  # the fake provider's own option, as a mapping
     assert list(provider.sandboxes) == [first.id]
     assert provider.is_alive(first)
 
@@ -394,7 +394,7 @@ async def test_async_performer_runs_the_same_flows_on_the_event_loop() -> None:
     first = await provider.aget_or_create(labels=LABELS)
     assert await provider.aget_or_create(labels=LABELS) is first
     with pytest.raises(errors.SandboxRuntimeError):
-        await provider.acreate(exit_code=1)
+        await provider.acreate(**dict[str, Any](exit_code=1))
     assert list(provider.sandboxes) == [first.id]
     assert await provider.ais_alive(first)
     # the (possibly blocking) label lock in a worker thread, the flow itself on the loop

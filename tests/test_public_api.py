@@ -126,6 +126,15 @@ reveal_type(get_provider("e2b"))
 reveal_type(get_provider("modal").get_or_create(labels={"thread": "1"}))
 reveal_type(get_provider())
 get_provider("local").create(ttl=600, idle_timeout="an hour")
+get_provider("bwrap", state_dirr="state")
+get_provider("docker", imagee="debian")
+get_provider("local").create(ttll=5)
+get_provider("bwrap").get_or_create(labels={"thread": "1"}, network=True, setupp="make")
+
+
+def configure(name: str) -> None:
+    get_provider(name, state_dir="state", api_key="k")
+    get_provider(name, state_dirr="state")
 """
 REVEALED = [
     "sandbox_sdk.providers.bwrap.provider.BwrapProvider",
@@ -141,7 +150,9 @@ REVEALED = [
 
 def test_get_provider_is_typed_per_name_for_mypy_users(tmp_path: Path) -> None:
     """mypy --strict, with no expression of type Any allowed, on a user's
-    snippet outside the repository: the one error is the mistyped lifetime."""
+    snippet outside the repository: the errors are the mistyped lifetime and
+    the misspelt options, of get_provider (for a shipped name and for any
+    name) and of create and get_or_create."""
     (tmp_path / "snippet.py").write_text(SNIPPET)
     result = subprocess.run(
         [
@@ -162,7 +173,15 @@ def test_get_provider_is_typed_per_name_for_mypy_users(tmp_path: Path) -> None:
         timeout=300,
     )
     assert re.findall(r'Revealed type is "([^"]+)"', result.stdout) == REVEALED, result.stdout + result.stderr
-    # The lifetime every provider takes is typed; provider options are not.
-    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
-    assert len(errors) == 1 and errors[0].startswith("snippet.py:11:"), result.stdout
-    assert 'Argument "idle_timeout"' in errors[0] and "[arg-type]" in errors[0]
+    # The lifetime every provider takes is typed, and so are the providers' own options
+    # (get_provider's); the package's own files are not this check's (MYPYPATH makes them
+    # the user's code to mypy, without the project's settings).
+    errors = [
+        line for line in result.stdout.splitlines() if line.startswith("snippet.py:") and ": error:" in line
+    ]
+    assert {line.split(":")[1] for line in errors} == {"11", "12", "13", "14", "15", "20"}, result.stdout
+    (lifetime,) = [line for line in errors if line.startswith("snippet.py:11:")]
+    assert 'Argument "idle_timeout"' in lifetime and "[arg-type]" in lifetime
+    options = (("12", "state_dirr"), ("13", "imagee"), ("14", "ttll"), ("15", "setupp"), ("20", "state_dirr"))
+    for line, option in options:
+        assert any(f'snippet.py:{line}: error: Unexpected keyword argument "{option}"' in e for e in errors)

@@ -16,9 +16,64 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, TypedDict, Unpack
 
 from sandbox_sdk import errors
+
+
+class CreateOptions(TypedDict, total=False):
+    """The names of the shipped providers' own ``create`` options, of any type
+    (each provider checks the values, and refuses a name it does not take, with
+    an ``InvalidArgumentError``, before anything is made): what ``create`` and
+    ``get_or_create`` take besides their own keywords, so that a type checker
+    catches a misspelt one (``create(ttll=5)``). tests/test_registry.py keeps it
+    the union of the names the providers accept. A third-party provider with
+    options of its own widens it by overriding ``create`` (a mapping passed as
+    ``**options`` is checked at run time only)."""
+
+    setup: Any  # the host providers (bwrap, local; remote, through its runner)
+    limits: Any  # bwrap
+    network: Any  # bwrap, docker, e2b
+    mounts: Any  # bwrap, docker
+    image: Any  # docker, modal, daytona
+    env: Any  # docker, modal
+    cpu: Any  # docker, modal
+    memory_bytes: Any  # docker
+    pids_limit: Any  # docker
+    name: Any  # docker, modal, daytona
+    template: Any  # e2b
+    envs: Any  # e2b
+    allow_internet_access: Any  # e2b
+    lifecycle: Any  # e2b
+    memory: Any  # modal
+    region: Any  # modal
+    cloud: Any  # modal
+    block_network: Any  # modal
+    secrets: Any  # modal, daytona
+    create_timeout: Any  # daytona, and its CreateSandboxFrom{Snapshot,Image}Params:
+    auto_archive_interval: Any
+    auto_delete_interval: Any
+    auto_pause_interval: Any
+    auto_stop_interval: Any
+    domain_allow_list: Any
+    env_vars: Any
+    ephemeral: Any
+    kvm: Any
+    language: Any
+    linked_sandbox: Any
+    network_allow_list: Any
+    network_block_all: Any
+    os_user: Any
+    otel_endpoint_override: Any
+    outbound_proxy_url: Any
+    public: Any
+    queue_timeout: Any
+    resources: Any
+    snapshot: Any
+    spot: Any
+    target: Any
+    ttl_minutes: Any
+    volumes: Any
 
 
 class SandboxOwner(Protocol):
@@ -28,9 +83,13 @@ class SandboxOwner(Protocol):
 
     async def adelete(self, sandbox_id: str) -> None: ...
 
-    def create(self, **options: Any) -> Any: ...
+    def create(
+        self, *, from_snapshot: Any = ..., snapshot_store: Any = ..., **options: Unpack[CreateOptions]
+    ) -> Any: ...
 
-    async def acreate(self, **options: Any) -> Any: ...
+    async def acreate(
+        self, *, from_snapshot: Any = ..., snapshot_store: Any = ..., **options: Unpack[CreateOptions]
+    ) -> Any: ...
 
 
 class SandboxHandle(ABC):

@@ -19,11 +19,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Generator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, Unpack
 
 from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors
 from sandbox_sdk._core import NativeRequest
+from sandbox_sdk._handle import CreateOptions
 from sandbox_sdk._kernel import can_clean_up
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, SandboxInfo, SandboxPage
@@ -252,7 +253,7 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
         idle_timeout: float | None = None,
         from_snapshot: Snapshot | str | None = None,
         snapshot_store: SnapshotStore | None = None,
-        **options: Any,
+        **options: Unpack[CreateOptions],
     ) -> Flow[SandboxT]:
         """A new sandbox, checked alive; deleted again if the check fails.
         ``with provider.create() as sandbox:`` deletes it on leaving the block.
@@ -263,9 +264,9 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
         ``from_snapshot`` (a :class:`~sandbox_sdk.Snapshot` or its id in
         ``snapshot_store``), the new sandbox starts with its files, or is
         deleted again if they cannot be restored (docs/state.md)."""
-        wanted, options = checked_labels(labels), with_lifetime(options, ttl, idle_timeout)
-        self._refuse_unsupported(options)
-        sandbox: SandboxT = yield Create(wanted, options)
+        wanted, given = checked_labels(labels), with_lifetime(dict(options), ttl, idle_timeout)
+        self._refuse_unsupported(given)
+        sandbox: SandboxT = yield Create(wanted, given)
         lifecycle_log.info("%s: created sandbox %s labels=%s", self.name, sandbox.id, wanted)
         try:
             if not (yield from self._op_is_alive(sandbox)):
@@ -286,19 +287,19 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
         labels: Mapping[str, str] | None = None,
         ttl: float | None = None,
         idle_timeout: float | None = None,
-        **options: Any,
+        **options: Unpack[CreateOptions],
     ) -> Flow[SandboxT]:
         """With ``sandbox_id``: that sandbox, or ``SandboxNotFoundError`` (never a
         new one). With ``labels``: a live sandbox carrying exactly those labels,
         or a new one with them. With neither: a new sandbox. ``ttl``,
         ``idle_timeout`` and ``options`` are for a new one, as in ``create``."""
-        wanted, options = checked_labels(labels), with_lifetime(options, ttl, idle_timeout)
-        self._refuse_unsupported(options)
+        wanted, given = checked_labels(labels), with_lifetime(dict(options), ttl, idle_timeout)
+        self._refuse_unsupported(given)
         if sandbox_id is not None:
             return (yield from self._get_live(sandbox_id))
         if not wanted:
-            return (yield from self._op_create(**options))
-        return (yield from locked(wanted, self._reuse_or_create(wanted, options)))
+            return (yield from self._op_create(**given))
+        return (yield from locked(wanted, self._reuse_or_create(wanted, given)))
 
     def _get_live(self, sandbox_id: str) -> Flow[SandboxT]:
         """That sandbox, checked alive; ``SandboxNotFoundError`` if it is missing or dead."""

@@ -8,8 +8,9 @@ from the flows declared in ``sandbox_sdk._provider_flows``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Unpack
 
+from sandbox_sdk._handle import CreateOptions
 from sandbox_sdk._provider_flows import LifecycleFlows, SandboxT
 from sandbox_sdk.snapshots import Snapshot, SnapshotStore
 
@@ -57,7 +58,7 @@ class ProviderLifecycle(LifecycleFlows[SandboxT]):
         idle_timeout: float | None = None,
         from_snapshot: Snapshot | str | None = None,
         snapshot_store: SnapshotStore | None = None,
-        **options: Any,
+        **options: Unpack[CreateOptions],
     ) -> SandboxT:
         """A new sandbox, checked alive; deleted again if the check fails.
         ``with provider.create() as sandbox:`` deletes it on leaving the block.
@@ -87,7 +88,7 @@ class ProviderLifecycle(LifecycleFlows[SandboxT]):
         idle_timeout: float | None = None,
         from_snapshot: Snapshot | str | None = None,
         snapshot_store: SnapshotStore | None = None,
-        **options: Any,
+        **options: Unpack[CreateOptions],
     ) -> SandboxT:
         """Async twin of :meth:`create`: a new sandbox, checked alive; deleted
         again if the check fails. ``with provider.create() as sandbox:`` deletes
@@ -110,7 +111,7 @@ class ProviderLifecycle(LifecycleFlows[SandboxT]):
         labels: Mapping[str, str] | None = None,
         ttl: float | None = None,
         idle_timeout: float | None = None,
-        **options: Any,
+        **options: Unpack[CreateOptions],
     ) -> SandboxT:
         """With ``sandbox_id``: that sandbox, or ``SandboxNotFoundError`` (never a
         new one). With ``labels``: a live sandbox carrying exactly those labels,
@@ -129,7 +130,7 @@ class ProviderLifecycle(LifecycleFlows[SandboxT]):
         labels: Mapping[str, str] | None = None,
         ttl: float | None = None,
         idle_timeout: float | None = None,
-        **options: Any,
+        **options: Unpack[CreateOptions],
     ) -> SandboxT:
         """Async twin of :meth:`get_or_create`: with ``sandbox_id``: that sandbox,
         or ``SandboxNotFoundError`` (never a new one). With ``labels``: a live

@@ -77,6 +77,7 @@ class Session:
         self.server_off = False
         self.failed_launches = 0
         self.launches: set[str] = set()  # nonces of the commands in flight that start a server
+        self.launched = False  # a command of this session started a server (the local provider stops it)
 
     def plan(self, module: str, *, seldom_run: bool = False) -> Plan:
         """How to send a command of ``module`` now. Without ``reuse_state``
@@ -130,6 +131,7 @@ class Session:
                 self.server_wanted = self.failed_launches < MAX_FAILED_LAUNCHES
             elif launched:
                 self.failed_launches = 0
+                self.launched = True
             if f"{protocol.NO_SCRIPT_MARKER} {nonce}" in output:
                 self.known[module] = False
                 return True

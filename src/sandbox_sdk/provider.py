@@ -28,6 +28,7 @@ from typing import Any, Self
 import anyio
 import anyio.to_thread
 
+from sandbox_sdk._handle import CreateOptions as CreateOptions  # noqa: PLC0414 - re-exported: create's **options
 from sandbox_sdk._provider_flows import (
     Create,
     Delete,

@@ -19,9 +19,10 @@ arrows still all point down, so neither graph has a circle
 
 from __future__ import annotations
 
+import inspect
 import os
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack, overload
 
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
@@ -29,12 +30,19 @@ from sandbox_sdk.provider import SandboxProvider
 
 if TYPE_CHECKING:  # the shipped providers, for get_provider's overloads (a cloud SDK is optional)
     from sandbox_sdk.providers.bwrap import BwrapProvider
+    from sandbox_sdk.providers.bwrap.provider import BwrapProviderOptions
     from sandbox_sdk.providers.daytona import DaytonaProvider
+    from sandbox_sdk.providers.daytona.provider import DaytonaProviderOptions
     from sandbox_sdk.providers.docker import DockerProvider
+    from sandbox_sdk.providers.docker.provider import DockerProviderOptions
     from sandbox_sdk.providers.e2b import E2BProvider
+    from sandbox_sdk.providers.e2b.provider import E2BProviderOptions
     from sandbox_sdk.providers.local import LocalProvider
+    from sandbox_sdk.providers.local.provider import LocalProviderOptions
     from sandbox_sdk.providers.modal import ModalProvider
+    from sandbox_sdk.providers.modal.provider import ModalProviderOptions
     from sandbox_sdk.providers.remote import RemoteProvider
+    from sandbox_sdk.providers.remote.provider import RemoteProviderOptions
 
 #: Entry-point group under which providers register, by name.
 ENTRY_POINT_GROUP = "sandbox_sdk.providers"
@@ -58,22 +66,68 @@ def install_hint(name: str) -> str:
     return f"install the package that provides the {name!r} provider"
 
 
+class ProviderOptions(TypedDict, total=False):
+    """Every keyword argument of every shipped provider, of any type: what
+    ``get_provider`` takes where the name is not one of theirs (a variable, a
+    third-party name), so that a misspelt one is still caught by a type checker.
+    tests/test_registry.py keeps it the union of the shipped providers' own."""
+
+    state_dir: Any
+    limits: Any
+    network: Any
+    env: Any
+    max_output_bytes: Any
+    bwrap: Any
+    root_sandbox_user: Any
+    extra_ro_binds: Any
+    timeout: Any
+    url: Any
+    token: Any
+    cafile: Any
+    tls: Any
+    connect_timeout: Any
+    request_timeout: Any
+    api_key: Any
+    api_url: Any
+    target: Any
+    shell: Any
+    start_timeout: Any
+    listing_lag: Any
+    base_url: Any
+    image: Any
+    user: Any
+    command_timeout: Any
+    engine_timeout: Any
+    domain: Any
+    sandbox_url: Any
+    template: Any
+    max_lifetime: Any
+    app_name: Any
+    token_id: Any
+    token_secret: Any
+    workdir: Any
+
+
+# Each shipped name's options are its class's keyword arguments, checked by a type checker
+# (a misspelt one matches no overload: the last one's keys are theirs too).
 @overload
-def get_provider(name: Literal["bwrap"], **config: Any) -> BwrapProvider: ...
+def get_provider(name: Literal["bwrap"], **config: Unpack[BwrapProviderOptions]) -> BwrapProvider: ...
 @overload
-def get_provider(name: Literal["local"], **config: Any) -> LocalProvider: ...
+def get_provider(name: Literal["local"], **config: Unpack[LocalProviderOptions]) -> LocalProvider: ...
 @overload
-def get_provider(name: Literal["remote"], **config: Any) -> RemoteProvider: ...
+def get_provider(name: Literal["remote"], **config: Unpack[RemoteProviderOptions]) -> RemoteProvider: ...
 @overload
-def get_provider(name: Literal["daytona"], **config: Any) -> DaytonaProvider: ...
+def get_provider(name: Literal["daytona"], **config: Unpack[DaytonaProviderOptions]) -> DaytonaProvider: ...
 @overload
-def get_provider(name: Literal["docker"], **config: Any) -> DockerProvider: ...
+def get_provider(name: Literal["docker"], **config: Unpack[DockerProviderOptions]) -> DockerProvider: ...
 @overload
-def get_provider(name: Literal["e2b"], **config: Any) -> E2BProvider: ...
+def get_provider(name: Literal["e2b"], **config: Unpack[E2BProviderOptions]) -> E2BProvider: ...
 @overload
-def get_provider(name: Literal["modal"], **config: Any) -> ModalProvider: ...
+def get_provider(name: Literal["modal"], **config: Unpack[ModalProviderOptions]) -> ModalProvider: ...
 @overload
-def get_provider(name: str | None = None, **config: Any) -> SandboxProvider[BaseSandbox]: ...
+def get_provider(
+    name: str | None = None, **config: Unpack[ProviderOptions]
+) -> SandboxProvider[BaseSandbox]: ...
 
 
 def get_provider(name: str | None = None, **config: Any) -> SandboxProvider[Any]:
@@ -81,8 +135,11 @@ def get_provider(name: str | None = None, **config: Any) -> SandboxProvider[Any]
 
     Without a name: the one ``SANDBOX_SDK_PROVIDER`` names, else ``bwrap``.
     A shipped name gives its class to a type checker (``get_provider("bwrap")``
-    is a ``BwrapProvider``); third-party packages register theirs under the
-    same entry-point group."""
+    is a ``BwrapProvider``) and its options (a misspelt one is an error for
+    ``mypy``, and an :class:`~sandbox_sdk.errors.InvalidArgumentError` at run
+    time, as for any provider); third-party packages register theirs under the
+    same entry-point group (a type checker sees them through a variable or a
+    ``**`` mapping)."""
     if name is None:
         name = os.environ.get(PROVIDER_ENV) or DEFAULT_PROVIDER
     matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
@@ -96,7 +153,30 @@ def get_provider(name: str | None = None, **config: Any) -> SandboxProvider[Any]
         raise errors.ProviderUnavailableError(
             f"provider {name!r} is registered but cannot be imported ({exc}): {install_hint(name)}"
         ) from exc
+    _check_options(name, factory, config)
     provider = factory(**config)
     if not isinstance(provider, SandboxProvider):
         raise errors.ProviderUnavailableError(f"entry point {name!r} did not produce a SandboxProvider")
     return provider
+
+
+def _check_options(name: str, factory: Any, config: dict[str, Any]) -> None:
+    """Refuse options the provider's constructor does not take, naming the ones it does,
+    before it runs (a ``TypeError`` from inside it would say neither)."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a callable without a signature to read: it checks its own
+        return
+    try:
+        signature.bind(**config)
+    except TypeError as exc:
+        takes = [
+            option
+            for option, parameter in signature.parameters.items()
+            if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+        ]
+        unknown = sorted(set(config) - set(takes))
+        problem = f"no option {', '.join(map(repr, unknown))}" if unknown else str(exc)
+        raise errors.InvalidArgumentError(
+            f"provider {name!r} takes {problem}; its options: {', '.join(takes) or 'none'}"
+        ) from None

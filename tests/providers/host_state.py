@@ -109,7 +109,7 @@ class HostStateLifecycleTests:
 
     def test_bad_options_are_rejected_before_anything_exists(self, provider: HostStateProvider[Any]) -> None:
         with pytest.raises(errors.InvalidArgumentError, match="unknown option"):
-            provider.create(colour="blue")
+            provider.create(**dict[str, Any](colour="blue"))  # as a mapping: mypy refuses the keyword
         with pytest.raises(errors.InvalidArgumentError, match="ttl"):
             provider.create(ttl=-1)
         with pytest.raises(errors.InvalidArgumentError, match="labels"):

@@ -15,11 +15,17 @@ protocol is installed (see docs/deepagents.md):
   files only, and a pattern without ``/`` matches file names at any depth.
 * 0.7 adds ``delete``, pagination fields on ``ReadResult``, and
   ``grep(max_count=...)`` with a ``truncated`` flag.
+* 0.7.32's ``FilesystemMiddleware`` leaves a large ``execute`` output in a
+  file in the sandbox and shows the model a preview ("capture at source"),
+  only for backends that are its ``BaseSandbox``; this one is registered as
+  one (a virtual subclass: it inherits none of that class's shell
+  templates) and implements ``execute_with_offload`` (see its docstring).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import posixpath
 from collections.abc import Generator, Sequence
@@ -38,6 +44,7 @@ from sandbox_sdk.transfer import transfer_error
 
 try:
     from deepagents.backends import protocol as da
+    from deepagents.backends import sandbox as da_sandbox
     from deepagents.backends import utils as da_utils
     from deepagents.backends.sandbox import MAX_BINARY_BYTES, MAX_OUTPUT_BYTES, TRUNCATION_MSG
 except ImportError as exc:  # pragma: no cover - only without the extra
@@ -61,6 +68,20 @@ _DeleteResult: Any = getattr(da, "DeleteResult", None)
 #: The 0.7 protocol is the one that added ``delete``; the same release made
 #: ``write`` overwrite and ``glob`` return absolute paths of files only.
 PROTOCOL_0_7 = _DeleteResult is not None
+
+_ExecuteOffloadResult: Any = getattr(da, "ExecuteOffloadResult", None)
+#: deepagents' capture wrapper and the parser of what it prints (0.7.32): its own contract for
+#: offloaded output (the preview's shape and notes, which its middleware describes to the model),
+#: so it is used as it is rather than copied.
+_build_capture_command: Any = getattr(da_sandbox, "_build_capture_execute_cmd", None)
+_parse_capture_output: Any = getattr(da_sandbox, "_parse_capture_execute_output", None)
+#: Whether the installed deepagents offloads ``execute`` output (0.7.32 on).
+CAPTURE_OFFLOAD = None not in (_ExecuteOffloadResult, _build_capture_command, _parse_capture_output) and (
+    hasattr(da_sandbox.BaseSandbox, "execute_with_offload")
+)
+#: Room kept in the sandbox's output budget, under an inline output, for the
+#: wrapper's first line (its marker, exit code and flags).
+CAPTURE_META_BYTES = 256
 
 #: How deepagents classifies a path for reading: anything but ``"text"`` (an
 #: image, audio, a video, a PDF...) is returned whole, base64-encoded.
@@ -178,6 +199,11 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
     #: itself), as deepagents 0.7's ``BaseSandbox.grep_exclude_dirs``: ``.git``
     #: unless a subclass or instance sets others (``()`` searches everything).
     grep_exclude_dirs: Sequence[str] = GREP_EXCLUDE_DIRS
+    #: Whether :meth:`execute_with_offload` may leave a large output in a file
+    #: in the sandbox (deepagents 0.7.32's ``BaseSandbox.enable_capture_offload``,
+    #: off there by default because its wrapper needs a POSIX shell with
+    #: ``head``, ``tail`` and ``wc``, which every sandbox of this SDK has).
+    enable_capture_offload: bool = True
 
     def __init__(self, sandbox: BaseSandbox) -> None:
         self.sandbox = sandbox
@@ -219,6 +245,109 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
     async def aexecute(self, command: str, *, timeout: int | None = None) -> da.ExecuteResponse:
         """Async twin of :meth:`execute`."""
         return await self._arun(self._plan_execute(command, timeout))
+
+    @staticmethod
+    def _plan_execute_with_offload(
+        command: str,
+        capture_path: str,
+        max_inline_bytes: int,
+        max_capture_bytes: int | None,
+        timeout: int | None,
+        budget: int,
+        enabled: bool,
+    ) -> Plan[Any]:
+        if _ExecuteOffloadResult is None:
+            raise NotImplementedError(
+                "execute_with_offload is part of deepagents 0.7.32; it is not installed"
+            )
+        unwrapped = None
+        if not enabled or _path_error(capture_path):
+            unwrapped = command
+        else:
+            # The wrapper cannot tell a capture file it failed to create from an empty
+            # output (a read-only root: bwrap's /): create it first, or run unwrapped.
+            try:
+                yield ("write", (capture_path, ""), {"overwrite": True})
+            except errors.SandboxError:
+                unwrapped = command
+        if unwrapped is not None:
+            response = yield from DeepAgentsBackend._plan_execute(unwrapped, timeout)
+            return _ExecuteOffloadResult(offloaded=False, response=response)
+        # An inline output must come back whole through the sandbox's own output budget.
+        wrapper = _build_capture_command(
+            command,
+            capture_path,
+            inline_budget=max(min(max_inline_bytes, budget - CAPTURE_META_BYTES), 0),
+            max_capture_bytes=max_capture_bytes,
+        )
+        try:
+            done: ExecuteResponse = yield ("execute", (wrapper,), {"timeout": timeout or None})
+        except errors.SandboxError as exc:
+            output = f"Error: the sandbox could not run the command: {exc}"
+            return _ExecuteOffloadResult(offloaded=False, response=da.ExecuteResponse(output=output))
+        if done.timed_out:
+            # Killed with the wrapper, before it said anything; the file holds at most what
+            # ``head`` had flushed, so it is removed rather than pointed to.
+            with contextlib.suppress(errors.SandboxError):
+                yield ("delete", (capture_path,), {})
+            output = texts.with_timeout_note(done, timeout)
+            response = da.ExecuteResponse(output=output, exit_code=done.exit_code, truncated=done.truncated)
+            return _ExecuteOffloadResult(offloaded=False, response=response)
+        raw = da.ExecuteResponse(output=done.output, exit_code=done.exit_code, truncated=done.truncated)
+        return _parse_capture_output(raw)
+
+    def execute_with_offload(
+        self,
+        command: str,
+        capture_path: str,
+        *,
+        max_inline_bytes: int,
+        max_capture_bytes: int | None = None,
+        timeout: int | None = None,
+    ) -> Any:
+        """Run ``command``; an output over ``max_inline_bytes`` is left at
+        ``capture_path`` in the sandbox and only a preview comes back
+        (deepagents 0.7.32's ``BaseSandbox.execute_with_offload`` contract,
+        with its own wrapper): the agent's ``read_file`` pages through the
+        whole of it without it passing through the agent's process.
+
+        The file is created first (one more round trip): where it cannot be
+        (a read-only path, or ``enable_capture_offload`` off), the command runs
+        unwrapped and its whole output comes back (``offloaded=False``), never
+        an empty one. An inline output is kept within the sandbox's output budget."""
+        return self._run(
+            self._plan_execute_with_offload(
+                command,
+                capture_path,
+                max_inline_bytes,
+                max_capture_bytes,
+                timeout,
+                self.sandbox.limits.max_output_bytes,
+                self.enable_capture_offload,
+            )
+        )
+
+    async def aexecute_with_offload(
+        self,
+        command: str,
+        capture_path: str,
+        *,
+        max_inline_bytes: int,
+        max_capture_bytes: int | None = None,
+        timeout: int | None = None,
+    ) -> Any:
+        """Async twin of :meth:`execute_with_offload`."""
+        return await self._arun(
+            self._plan_execute_with_offload(
+                command,
+                capture_path,
+                max_inline_bytes,
+                max_capture_bytes,
+                timeout,
+                self.sandbox.limits.max_output_bytes,
+                self.enable_capture_offload,
+            )
+        )
 
     # -- ls -------------------------------------------------------------------------------
 
@@ -546,3 +675,9 @@ class DeepAgentsBackend(da.SandboxBackendProtocol):
     async def adownload_files(self, paths: list[str]) -> list[da.FileDownloadResponse]:
         """Async twin of :meth:`download_files`."""
         return await self._arun(self._plan_download(paths))
+
+
+if CAPTURE_OFFLOAD:
+    # FilesystemMiddleware offloads ``execute`` output only for an ``isinstance(backend,
+    # BaseSandbox)``: registered, not subclassed, so none of its shell templates is inherited.
+    da_sandbox.BaseSandbox.register(DeepAgentsBackend)

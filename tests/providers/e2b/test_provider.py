@@ -438,7 +438,9 @@ async def test_async_pagination_and_errors(fake_e2b: FakeE2BServer) -> None:
         with pytest.raises(errors.RateLimitedError):
             await provider.alist(labels=labels)
         with pytest.raises(errors.InvalidArgumentError):
-            await provider.acreate(flavour="large")
+            await provider.acreate(
+                **dict[str, Any](flavour="large")
+            )  # as a mapping: mypy refuses the keyword
     finally:
         for sandbox in made:
             await provider.adelete(sandbox_id=sandbox.id)

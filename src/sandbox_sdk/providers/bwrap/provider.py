@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import ValidationError
 
@@ -23,6 +23,20 @@ from sandbox_sdk.providers.bwrap.sandbox import (
     ResourceLimits,
     checked_jail,
 )
+
+
+class BwrapProviderOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`BwrapProvider` (``get_provider("bwrap", **config)``
+    type-checks them against this; tests/test_registry.py keeps the two alike)."""
+
+    state_dir: str | os.PathLike[str] | None
+    limits: ResourceLimits | None
+    network: bool
+    env: Mapping[str, str] | None
+    max_output_bytes: int
+    bwrap: str | None
+    root_sandbox_user: tuple[int, int]
+    extra_ro_binds: Sequence[str]
 
 
 class BwrapProvider(HostStateProvider[BwrapSandbox]):

@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import pydantic
 from daytona import (
@@ -55,6 +55,20 @@ def _gone(state: object) -> bool:
 def _minutes(seconds: float) -> int:
     """Seconds as Daytona's whole minutes, rounded up: never 0, which means "never" to Daytona."""
     return max(1, math.ceil(seconds / 60))
+
+
+class DaytonaProviderOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`DaytonaProvider` (``get_provider("daytona", **config)``
+    type-checks them against this; tests/test_registry.py keeps the two alike)."""
+
+    api_key: str | None
+    api_url: str | None
+    target: str | None
+    timeout: float
+    max_output_bytes: int
+    shell: str
+    start_timeout: float
+    listing_lag: float
 
 
 class DaytonaProvider(SandboxProvider[DaytonaSandbox]):

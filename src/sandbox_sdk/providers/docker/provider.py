@@ -12,7 +12,7 @@ import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 import anyio
 import anyio.to_thread
@@ -144,6 +144,18 @@ def expired(container_labels: Mapping[str, str], now: float) -> bool:
     """Whether a container's ``ttl`` has run out."""
     expires = container_labels.get(EXPIRES_LABEL)
     return expires is not None and now >= float(expires)
+
+
+class DockerProviderOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`DockerProvider` (``get_provider("docker", **config)``
+    type-checks them against this; tests/test_registry.py keeps the two alike)."""
+
+    base_url: str | None
+    image: str
+    user: str | None
+    command_timeout: float
+    max_output_bytes: int
+    engine_timeout: float
 
 
 class DockerProvider(SandboxProvider[DockerSandbox]):

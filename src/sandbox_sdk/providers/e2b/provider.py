@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from e2b import AsyncSandbox, Sandbox, SandboxQuery
 from e2b import SandboxInfo as E2BSandboxInfo
@@ -72,6 +72,20 @@ def _check_labels(labels: Mapping[str, str]) -> dict[str, str]:
                 f"label keys starting {LIFETIME_PREFIX!r} are reserved, not {key!r}"
             )
     return dict(labels)
+
+
+class E2BProviderOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`E2BProvider` (``get_provider("e2b", **config)``
+    type-checks them against this; tests/test_registry.py keeps the two alike)."""
+
+    api_key: str | None
+    domain: str | None
+    api_url: str | None
+    sandbox_url: str | None
+    request_timeout: float | None
+    template: str | None
+    command_timeout: float
+    max_lifetime: int
 
 
 class E2BProvider(SandboxProvider[E2BSandbox]):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypedDict
 
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.provider_kit.host_state import WORKSPACE_DIR, HostStateProvider, SandboxRecord, mark_used
@@ -31,15 +32,27 @@ class TrackedLocalSandbox(LocalSandbox):
         return await super().aexecute(command, timeout=timeout)
 
 
+class LocalProviderOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`LocalProvider` (``get_provider("local", **config)``
+    type-checks them against this; tests/test_registry.py keeps the two alike)."""
+
+    state_dir: str | os.PathLike[str] | None
+    timeout: float
+    max_output_bytes: int
+    env: Mapping[str, str] | None
+
+
 class LocalProvider(HostStateProvider[TrackedLocalSandbox]):
     """Hands out :class:`LocalSandbox` es, each a directory under ``state_dir``.
 
     **Not isolated** (see the module warning): choose it explicitly, for tests
     and trusted code. ``create`` options: ``ttl``, ``idle_timeout``, ``setup``
     (see docs/lifecycle.md). The operation server its sandboxes' file
-    operations start is a process of this machine that exits after
-    ``operation_server_idle`` seconds (600) without a request, so it can
-    outlive the program by that long (docs/lifecycle.md)."""
+    operations start is a process of this machine, shared by the user's
+    programs: it is stopped when the program that started it exits
+    normally, and otherwise (``os._exit``, a kill) exits after
+    ``operation_server_idle`` seconds (600) without a request
+    (docs/lifecycle.md)."""
 
     name = "local"
 

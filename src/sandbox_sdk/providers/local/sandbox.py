@@ -14,6 +14,7 @@ from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.provider_kit import command_seconds
 from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, arun_process, bash_script, run_process
+from sandbox_sdk.providers.local import _servers
 
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
@@ -58,6 +59,7 @@ class LocalSandbox(BaseSandbox):
         self.limits = replace(self.limits, max_output_bytes=max_output_bytes)
         base = dict(os.environ) if inherit_env else {**BASE_ENV, "HOME": str(self.root_dir)}
         self.env = {**base, **(env or {})}
+        _servers.watch(self)  # an operation server it starts is stopped at interpreter exit
 
     @property
     def id(self) -> str:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 try:
     import modal
@@ -99,6 +99,18 @@ async def _list_page(client: Any, request: api_pb2.SandboxListRequest) -> api_pb
 #: :func:`_list_page` on the SDK's event loop: ``list_page(client, request)`` blocks,
 #: ``list_page.aio(client, request)`` awaits, as the SDK's own functions do.
 list_page = synchronize_api(_list_page)  # type: ignore[no-untyped-call]  # the SDK's helper has no hints
+
+
+class ModalProviderOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`ModalProvider` (``get_provider("modal", **config)``
+    type-checks them against this; tests/test_registry.py keeps the two alike)."""
+
+    app_name: str
+    token_id: str | None
+    token_secret: str | None
+    workdir: str | None
+    command_timeout: float
+    max_output_bytes: int
 
 
 class ModalProvider(SandboxProvider[ModalSandbox]):

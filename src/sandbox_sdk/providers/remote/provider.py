@@ -6,7 +6,7 @@ import builtins
 import os
 import ssl
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -21,6 +21,18 @@ from sandbox_sdk.wire import security
 
 #: Where the provider reads the runner's URL when none is given.
 URL_ENV = "SANDBOX_SDK_REMOTE_URL"
+
+
+class RemoteProviderOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`RemoteProvider` (``get_provider("remote", **config)``
+    type-checks them against this; tests/test_registry.py keeps the two alike)."""
+
+    url: str | None
+    token: str | None
+    cafile: str | None
+    tls: ssl.SSLContext | None
+    connect_timeout: float
+    request_timeout: float
 
 
 class RemoteProvider(SandboxProvider[RemoteSandbox]):
