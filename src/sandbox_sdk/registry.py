@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the shipped providers, for get_provider's overloads (a clou
     from sandbox_sdk.providers.daytona import DaytonaProvider
     from sandbox_sdk.providers.docker import DockerProvider
     from sandbox_sdk.providers.e2b import E2BProvider
+    from sandbox_sdk.providers.kubernetes import KubernetesProvider
     from sandbox_sdk.providers.local import LocalProvider
     from sandbox_sdk.providers.modal import ModalProvider
     from sandbox_sdk.providers.remote import RemoteProvider
@@ -70,6 +71,8 @@ def get_provider(name: Literal["daytona"], **config: Any) -> DaytonaProvider: ..
 def get_provider(name: Literal["docker"], **config: Any) -> DockerProvider: ...
 @overload
 def get_provider(name: Literal["e2b"], **config: Any) -> E2BProvider: ...
+@overload
+def get_provider(name: Literal["kubernetes"], **config: Any) -> KubernetesProvider: ...
 @overload
 def get_provider(name: Literal["modal"], **config: Any) -> ModalProvider: ...
 @overload
