@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import secrets
+import threading
 import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
@@ -93,6 +94,13 @@ FAILED_WAITING = frozenset(
         "CrashLoopBackOff",
     }
 )
+#: A warm pool's pods carry this label, with the digest of their pod spec (the template).
+POOL_LABEL = "sandbox-sdk.dev/pool"
+#: ``warm`` on a pool pod until a ``create`` claims it (then ``claimed``); a warm pod is no
+#: sandbox yet: ``get``, ``list`` and ``reap`` do not see it.
+STATE_LABEL = "sandbox-sdk.dev/state"
+#: Seconds between two looks at the pool when nothing was claimed (a warm pod may have died).
+POOL_CHECK_SECONDS = 5.0
 #: The deny-all NetworkPolicy ``network_policy=True`` keeps in the namespace.
 NETWORK_POLICY = "sandbox-sdk-deny-all"
 
@@ -148,6 +156,17 @@ def split_id(sandbox_id: object) -> tuple[str, str]:
     return name, tag
 
 
+def _running(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod runs and its container is up."""
+    status = pod.get("status") or {}
+    containers = status.get("containerStatuses") or []
+    return (
+        status.get("phase") == "Running"
+        and bool(containers)
+        and "running" in (containers[0].get("state") or {})
+    )
+
+
 def _created(pod: Mapping[str, Any]) -> datetime:
     stamp = pod["metadata"]["creationTimestamp"]
     return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
@@ -179,7 +198,9 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
     service account's in a cluster), else ``default``. ``run_as_user`` is the uid commands
     run as (``None``: the image's own user; 0 makes the pod root, which the defaults
     otherwise refuse); ``image_pull_policy`` is the container's; ``network_policy=True``
-    keeps a deny-all NetworkPolicy over the provider's pods in the namespace.
+    keeps a deny-all NetworkPolicy over the provider's pods in the namespace;
+    ``warm_pool=N`` keeps N pods of the provider's defaults running, which ``create``
+    claims instead of starting one (:meth:`drain_pool`, also on :meth:`close`, deletes them).
 
     ``create`` options: ``ttl``, ``idle_timeout`` (seconds; the idle timeout is enforced by
     :meth:`reap`), ``image``, ``env``, ``cpu`` (cores), ``memory_bytes``,
@@ -204,6 +225,7 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
         api_timeout: float = 30.0,
         start_timeout: float = START_SECONDS,
         exec_protocols: tuple[str, ...] = _exec.PROTOCOLS,
+        warm_pool: int = 0,
     ) -> None:
         self.configuration = kubernetes.client.Configuration()
         self.namespace = namespace or self._load_configuration(kubeconfig, context, in_cluster)
@@ -221,6 +243,18 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
         self.start_timeout = start_timeout
         self.exec_protocols = exec_protocols
         self._policy_made = False
+        if isinstance(warm_pool, bool) or not isinstance(warm_pool, int) or warm_pool < 0:
+            raise errors.InvalidArgumentError(f"warm_pool must be an int >= 0, not {warm_pool!r}")
+        self.warm_pool = warm_pool
+        self._image_checked = False
+        self._pool_wake = threading.Event()
+        self._pool_stop = threading.Event()
+        self._pool_thread: threading.Thread | None = None
+        if warm_pool:
+            self._pool_thread = threading.Thread(
+                target=self._keep_pool, name="sandbox-sdk-warm-pool", daemon=True
+            )
+            self._pool_thread.start()
 
     def _load_configuration(
         self, kubeconfig: str | os.PathLike[str] | None, context: str | None, in_cluster: bool | None
@@ -284,14 +318,22 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
             return None
         return dict(pod)
 
-    def _mark_used(self, name: str) -> None:
-        with translate_errors(f"mark pod {name} used"):
-            self.api.patch_namespaced_pod(
+    def _patch(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch of the pod (with ``metadata.resourceVersion`` in it, a
+        precondition: 409 if the pod changed since); the pod it made."""
+        body: Any = patch
+        with translate_errors(f"patch pod {name}"):
+            patched = self.api.patch_namespaced_pod(
                 name,
                 self.namespace,
-                {"metadata": {"annotations": {USED_ANNOTATION: repr(time.time())}}},
+                body,
+                _content_type="application/merge-patch+json",
                 _request_timeout=self.api_timeout,
             )
+        return dict(self.api_client.sanitize_for_serialization(patched))
+
+    def _mark_used(self, name: str) -> None:
+        self._patch(name, {"metadata": {"annotations": {USED_ANNOTATION: repr(time.time())}}})
 
     def _remove(self, name: str, uid: str | None = None) -> None:
         """Delete the pod at once (no grace period: its ``sleep`` ignores SIGTERM as PID 1's
@@ -322,9 +364,13 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
                 f"unknown Kubernetes sandbox options {sorted(unknown)}; known: ttl, idle_timeout, "
                 f"{', '.join(sorted(SANDBOX_OPTIONS))}"
             )
-        manifest: Any = self.pod_manifest(labels, lifetime, options)
         if self.network_policy:
             self._ensure_network_policy()
+        if self.warm_pool and not options:  # the pool's pods are the provider's defaults
+            claimed = self._claim(labels, lifetime)
+            if claimed is not None:
+                return claimed
+        manifest: Any = self.pod_manifest(labels, lifetime, options)
         name = manifest["metadata"]["name"]
         with translate_errors(f"create pod {name}"):
             created = self.api_client.sanitize_for_serialization(
@@ -333,6 +379,7 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
         try:
             pod = self._wait_running(name, str(manifest["spec"]["containers"][0]["image"]))
             self._check_image(pod)
+            self._image_checked = True
         except BaseException:
             with contextlib.suppress(Exception):
                 self._remove(name, created["metadata"]["uid"])
@@ -507,6 +554,95 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
             )
         self._policy_made = True
 
+    # -- the warm pool -----------------------------------------------------------------------
+
+    def _pool_manifest(self) -> dict[str, Any]:
+        """A warm pod: the provider's defaults, no caller labels or lifetime yet, labelled
+        with the digest of its spec (so providers of another template never claim it)."""
+        manifest = self.pod_manifest({}, Lifetime(ttl=None, idle_timeout=None), {})
+        template = _digest(json.dumps(manifest["spec"], sort_keys=True))[:40]
+        manifest["metadata"]["labels"].update({POOL_LABEL: template, STATE_LABEL: "warm"})
+        del manifest["metadata"]["annotations"]
+        return manifest
+
+    def _warm_pods(self) -> builtins.list[dict[str, Any]]:
+        """The pool's warm pods that are not going away."""
+        labels = self._pool_manifest()["metadata"]["labels"]
+        selector = {POOL_LABEL: labels[POOL_LABEL], STATE_LABEL: "warm"}
+        found = []
+        cursor = None
+        while True:
+            page = self._pods(selector, cursor, 500, sandboxes=False)
+            found += [pod for pod in page.get("items") or [] if not pod["metadata"].get("deletionTimestamp")]
+            cursor = (page.get("metadata") or {}).get("continue")
+            if not cursor:
+                return found
+
+    def _claim(self, labels: Mapping[str, str], lifetime: Lifetime) -> KubernetesSandbox | None:
+        """A running warm pod made this sandbox, or ``None`` if none is ready. The claim is
+        one merge patch carrying the pod's ``resourceVersion``: of clients claiming one pod
+        at once, the API server lets the first change it and answers 409 to the others,
+        which try the next pod."""
+        for pod in self._warm_pods():
+            if not _running(pod):
+                continue
+            annotations = self.pod_manifest(labels, lifetime, {})["metadata"]["annotations"]
+            patch = {
+                "metadata": {
+                    "resourceVersion": pod["metadata"]["resourceVersion"],
+                    "labels": {STATE_LABEL: "claimed", **selector_labels(labels)},
+                    "annotations": annotations,
+                }
+            }
+            try:
+                claimed = self._patch(pod["metadata"]["name"], patch)
+            except (NameTakenError, errors.SandboxNotFoundError):  # 409: claimed first; 404: gone
+                continue
+            self._pool_wake.set()
+            if not self._image_checked:
+                try:
+                    self._check_image(claimed)
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        self._remove(claimed["metadata"]["name"], claimed["metadata"]["uid"])
+                    raise
+                self._image_checked = True
+            return self._wrap(claimed)
+        self._pool_wake.set()
+        return None
+
+    def _keep_pool(self) -> None:
+        """The refiller (a daemon thread): keeps :attr:`warm_pool` warm pods, woken by each
+        claim and every :data:`POOL_CHECK_SECONDS`, until :meth:`drain_pool`."""
+        while not self._pool_stop.is_set():
+            try:
+                missing = self.warm_pool - len(self._warm_pods())
+                for _ in range(missing):
+                    if self._pool_stop.is_set():
+                        break
+                    manifest: Any = self._pool_manifest()
+                    manifest["metadata"]["name"] = f"sbx-{secrets.token_hex(8)}"
+                    with translate_errors("create a warm pod"):
+                        self.api.create_namespaced_pod(
+                            self.namespace, manifest, _request_timeout=self.api_timeout
+                        )
+            except errors.SandboxError as exc:
+                logger.warning("warm pool: could not refill: %s", exc)
+            self._pool_wake.wait(POOL_CHECK_SECONDS)
+            self._pool_wake.clear()
+
+    def drain_pool(self) -> None:
+        """Stop refilling the warm pool and delete its warm pods (claimed ones are
+        sandboxes and stay); idempotent."""
+        if self._pool_thread is None:
+            return
+        self._pool_stop.set()
+        self._pool_wake.set()
+        self._pool_thread.join()
+        self._pool_thread = None
+        for pod in self._warm_pods():
+            self._remove(pod["metadata"]["name"], pod["metadata"]["uid"])
+
     # -- get, list, delete -------------------------------------------------------------------
 
     def _find(self, sandbox_id: str) -> dict[str, Any] | None:
@@ -514,6 +650,8 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
         name, _ = split_id(sandbox_id)
         pod = self._read(name)
         if pod is None or pod["metadata"].get("deletionTimestamp") or pod_sandbox_id(pod) != sandbox_id:
+            return None
+        if (pod["metadata"].get("labels") or {}).get(STATE_LABEL) == "warm":
             return None
         return pod
 
@@ -530,9 +668,14 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
             raise errors.SandboxNotFoundError(f"sandbox {sandbox_id} is not running ({phase})")
         return self._wrap(pod)
 
-    def _pods(self, selector: Mapping[str, str], cursor: str | None, limit: int | None) -> dict[str, Any]:
-        """One page of this provider's pods matching ``selector`` (the API server's order)."""
+    def _pods(
+        self, selector: Mapping[str, str], cursor: str | None, limit: int | None, *, sandboxes: bool = True
+    ) -> dict[str, Any]:
+        """One page of this provider's pods matching ``selector`` (the API server's order):
+        its sandboxes, or with ``sandboxes=False`` its warm pods too."""
         chosen = ",".join(f"{k}={v}" for k, v in {MANAGED_LABEL: "kubernetes", **selector}.items())
+        if sandboxes:
+            chosen += f",{STATE_LABEL}!=warm"
         arguments: dict[str, Any] = {"label_selector": chosen, "_request_timeout": self.api_timeout}
         if limit is not None:
             arguments["limit"] = limit
@@ -678,8 +821,11 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
         return await super()._aperform(request)
 
     def close(self) -> None:
-        """Close the API client's connections; idempotent."""
-        self.api_client.close()
+        """Drain the warm pool, close the API client's connections; idempotent."""
+        try:
+            self.drain_pool()
+        finally:
+            self.api_client.close()
 
 
 __all__ = ["DEFAULT_IMAGE", "KubernetesProvider", "sandbox_name"]
