@@ -72,6 +72,7 @@ NO_PROCESS_TESTS: dict[str, tuple[str, ...]] = {
         "test_the_committed_twins_are_up_to_date",
     ),
     "tests/providers/kubernetes/test_exec_protocol.py": (),
+    "tests/providers/kubernetes/test_manifest.py": (),
     "tests/providers/remote/test_hostile_runner.py": (),
     "tests/providers/remote/test_wire.py": (),
 }

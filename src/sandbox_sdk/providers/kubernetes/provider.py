@@ -395,6 +395,8 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
         if not isinstance(image, str) or not image:
             raise errors.InvalidArgumentError(f"image must be a non-empty string, not {image!r}")
         name = options.get("name") or f"sbx-{secrets.token_hex(8)}"
+        if not isinstance(name, str) or not name.startswith("sbx-"):
+            raise errors.InvalidArgumentError(f"this provider's pod names start with 'sbx-', not {name!r}")
         annotations = {LABELS_ANNOTATION: json.dumps(dict(labels), sort_keys=True)}
         if lifetime.ttl is not None:
             annotations[EXPIRES_ANNOTATION] = repr(time.time() + lifetime.ttl)
