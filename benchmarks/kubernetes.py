@@ -34,7 +34,7 @@ from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.providers.bwrap import BwrapProvider
 from sandbox_sdk.providers.docker import DockerProvider
 from sandbox_sdk.providers.kubernetes import KubernetesProvider
-from sandbox_sdk.providers.kubernetes.provider import _running
+from sandbox_sdk.providers.kubernetes.provider import pod_running
 from tests.providers.docker.conftest import engine_url
 from tests.providers.kubernetes.conftest import SERVICES_KUBECONFIG
 
@@ -45,7 +45,7 @@ def claims(kubeconfig: str | Path, count: int) -> float:
     samples = []
     with KubernetesProvider(kubeconfig=kubeconfig, warm_pool=2) as pooled:
         for _ in range(count):
-            while sum(1 for pod in pooled._warm_pods() if _running(pod)) < 2:
+            while sum(1 for pod in pooled.warm_pods() if pod_running(pod)) < 2:
                 time.sleep(0.1)  # polls the condition: the pool is full
             started = time.perf_counter()
             sandbox = pooled.create()

@@ -13,7 +13,7 @@ import pytest
 
 from sandbox_sdk.providers.kubernetes import KubernetesProvider
 from sandbox_sdk.providers.kubernetes._errors import NameTakenError
-from sandbox_sdk.providers.kubernetes.provider import _running, split_id
+from sandbox_sdk.providers.kubernetes.provider import pod_running, split_id
 
 pytestmark = pytest.mark.engines
 
@@ -25,7 +25,7 @@ def warm_names(provider: KubernetesProvider, count: int) -> set[str]:
     """The names of the pool's running warm pods, once there are ``count`` of them."""
     deadline = time.monotonic() + WARM_SECONDS
     while True:
-        names = {pod["metadata"]["name"] for pod in provider._warm_pods() if _running(pod)}
+        names = {pod["metadata"]["name"] for pod in provider.warm_pods() if pod_running(pod)}
         if len(names) >= count:
             return names
         assert time.monotonic() < deadline, f"the pool has {len(names)} running pods, not {count}"
@@ -37,7 +37,7 @@ def pooled(kubeconfig: str) -> Iterator[KubernetesProvider]:
     with KubernetesProvider(kubeconfig=kubeconfig, warm_pool=2) as provider:
         yield provider
     with KubernetesProvider(kubeconfig=kubeconfig) as observer:
-        assert observer._warm_pods() == []  # closing drained the pool
+        assert observer.warm_pods() == []  # closing drained the pool
 
 
 def test_create_claims_a_warm_pod_and_the_pool_refills(pooled: KubernetesProvider) -> None:
@@ -77,7 +77,7 @@ def test_concurrent_claims_never_share_a_pod(pooled: KubernetesProvider) -> None
 def test_a_claim_on_a_changed_pod_is_refused(pooled: KubernetesProvider) -> None:
     """The precondition itself: a patch carrying a resourceVersion the pod has moved past
     is a 409, so two claimants of one pod cannot both win."""
-    pod = next(pod for pod in pooled._warm_pods() if pod["metadata"]["name"] in warm_names(pooled, 1))
+    pod = next(pod for pod in pooled.warm_pods() if pod["metadata"]["name"] in warm_names(pooled, 1))
     name, stale = pod["metadata"]["name"], pod["metadata"]["resourceVersion"]
     pooled._patch(name, {"metadata": {"resourceVersion": stale, "annotations": {"first": "claim"}}})
     with pytest.raises(NameTakenError):

@@ -29,7 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxInfo, SandboxPage
 from sandbox_sdk.provider import SandboxProvider, labels_match
-from sandbox_sdk.provider_kit import Lifetime, NativeRequest, check_seconds
+from sandbox_sdk.provider_kit import Lifetime, NativeRequest, Sleep, check_seconds
 from sandbox_sdk.provider_kit.exec_runner import IMAGE_CHECK, IMAGE_LACKS, USED_MARKER
 from sandbox_sdk.provider_kit.options import positive_int, string_map
 from sandbox_sdk.providers.docker._errors import NameTakenError, translate_errors
@@ -107,13 +107,6 @@ class FindNamed(NativeRequest):
     """The container called ``name`` (its inspection), or ``None``."""
 
     name: str
-
-
-@dataclass(frozen=True)
-class Pause(NativeRequest):
-    """Wait ``seconds`` (for a container another process is starting)."""
-
-    seconds: float
 
 
 @dataclass(frozen=True)
@@ -425,7 +418,7 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
         while True:
             attrs = yield FindNamed(name)
             if attrs is None and appearing and waited < START_WAIT_SECONDS:
-                yield Pause(START_POLL_SECONDS)
+                yield Sleep(START_POLL_SECONDS)
                 waited += START_POLL_SECONDS
                 continue
             if attrs is None:
@@ -433,7 +426,7 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
             labels = attrs["Config"]["Labels"] or {}
             status = attrs["State"]["Status"]
             if status == "created" and waited < START_WAIT_SECONDS:
-                yield Pause(START_POLL_SECONDS)
+                yield Sleep(START_POLL_SECONDS)
                 waited += START_POLL_SECONDS
                 continue
             if status == "running" and not expired(labels, time.time()):
@@ -457,17 +450,12 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
                 if (attrs["Config"]["Labels"] or {}).get(MANAGED_LABEL) == "docker":
                     return attrs
             return None
-        if isinstance(request, Pause):
-            return time.sleep(request.seconds)
         if isinstance(request, Remove):
             return self._remove(request.container_id)
         return super()._perform(request)
 
     async def _aperform(self, request: Any) -> Any:
-        """Our own requests in a worker thread (the client blocks), a pause on the loop;
-        the rest as the base does."""
-        if isinstance(request, Pause):
-            return await anyio.sleep(request.seconds)
+        """Our own requests in a worker thread (the client blocks); the rest as the base does."""
         if isinstance(request, FindNamed | Remove):
             return await anyio.to_thread.run_sync(self._perform, request)
         return await super()._aperform(request)

@@ -28,10 +28,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from sandbox_sdk import errors
-from sandbox_sdk._provider_flows import Sleep
 from sandbox_sdk.models import SandboxInfo, SandboxPage
 from sandbox_sdk.provider import SandboxProvider, labels_match
-from sandbox_sdk.provider_kit import Lifetime, NativeRequest
+from sandbox_sdk.provider_kit import Lifetime, NativeRequest, Sleep
 from sandbox_sdk.provider_kit.exec_runner import IMAGE_CHECK, IMAGE_LACKS
 from sandbox_sdk.provider_kit.options import positive_int, string_map
 from sandbox_sdk.providers.kubernetes import _exec
@@ -156,7 +155,7 @@ def split_id(sandbox_id: object) -> tuple[str, str]:
     return name, tag
 
 
-def _running(pod: Mapping[str, Any]) -> bool:
+def pod_running(pod: Mapping[str, Any]) -> bool:
     """Whether the pod runs and its container is up."""
     status = pod.get("status") or {}
     containers = status.get("containerStatuses") or []
@@ -567,7 +566,7 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
         del manifest["metadata"]["annotations"]
         return manifest
 
-    def _warm_pods(self) -> builtins.list[dict[str, Any]]:
+    def warm_pods(self) -> builtins.list[dict[str, Any]]:
         """The pool's warm pods that are not going away."""
         labels = self._pool_manifest()["metadata"]["labels"]
         selector = {POOL_LABEL: labels[POOL_LABEL], STATE_LABEL: "warm"}
@@ -585,8 +584,8 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
         one merge patch carrying the pod's ``resourceVersion``: of clients claiming one pod
         at once, the API server lets the first change it and answers 409 to the others,
         which try the next pod."""
-        for pod in self._warm_pods():
-            if not _running(pod):
+        for pod in self.warm_pods():
+            if not pod_running(pod):
                 continue
             annotations = self.pod_manifest(labels, lifetime, {})["metadata"]["annotations"]
             patch = {
@@ -618,7 +617,7 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
         claim and every :data:`POOL_CHECK_SECONDS`, until :meth:`drain_pool`."""
         while not self._pool_stop.is_set():
             try:
-                missing = self.warm_pool - len(self._warm_pods())
+                missing = self.warm_pool - len(self.warm_pods())
                 for _ in range(missing):
                     if self._pool_stop.is_set():
                         break
@@ -642,7 +641,7 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
         self._pool_wake.set()
         self._pool_thread.join()
         self._pool_thread = None
-        for pod in self._warm_pods():
+        for pod in self.warm_pods():
             self._remove(pod["metadata"]["name"], pod["metadata"]["uid"])
 
     # -- get, list, delete -------------------------------------------------------------------
