@@ -31,7 +31,7 @@ MYPY = f"mypy=={version('mypy')}"
 #: What each group's venv installs (``{source}``: a copy of this checkout).
 GROUPS = {
     "core": [DISTRIBUTION, MYPY],
-    "extras": [f"{DISTRIBUTION}[cli,daytona,docker,e2b,inspect,mcp,modal,remote]"],
+    "extras": [f"{DISTRIBUTION}[cli,daytona,docker,e2b,inspect,kubernetes,mcp,modal,remote]"],
     "deepagents": [f"{DISTRIBUTION}[cli,deepagents]"],
     "editable": ["--editable", "{source}", MYPY],
 }
@@ -130,7 +130,7 @@ def test_wheel_and_sdist_hold_the_whole_package(dist: Path, tmp_path: Path) -> N
 def test_the_core_alone_runs_bwrap_and_local_and_names_each_missing_extra(venvs: dict[str, Path]) -> None:
     python = venvs["core"] / "bin" / "python"
     checked(python, "-c", "import sandbox_sdk.providers.bwrap, sandbox_sdk.providers.local")
-    for name in ("daytona", "docker", "e2b", "modal", "remote"):
+    for name in ("daytona", "docker", "e2b", "kubernetes", "modal", "remote"):
         code = f"import sandbox_sdk; sandbox_sdk.get_provider({name!r})"
         done = run(python, "-c", code)
         assert done.returncode == 1
@@ -155,7 +155,7 @@ def test_every_extra_imports_its_providers_and_integrations(venvs: dict[str, Pat
     assert checked(python, "-c", walk) == "ok\n"
     listed = checked(venvs["extras"] / "bin" / "sbx", "providers")
     assert "not installed" not in listed
-    assert {"bwrap", "daytona", "docker", "e2b", "local", "modal", "remote"} <= {
+    assert {"bwrap", "daytona", "docker", "e2b", "kubernetes", "local", "modal", "remote"} <= {
         line.split()[0] for line in listed.splitlines()[1:] if line[:1].strip()
     }
     deepagents = venvs["deepagents"]
