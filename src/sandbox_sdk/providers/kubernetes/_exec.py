@@ -98,10 +98,13 @@ def _ssl_options(configuration: Any) -> dict[str, Any]:
 def connect(configuration: Any, url: str, protocols: tuple[str, ...] = PROTOCOLS) -> websocket.WebSocket:
     """Open the exec's connection, offering ``protocols``; the server's refusal is a typed
     error (404: no such pod; 400: the container is not running)."""
-    header = []
-    token = configuration.get_api_key_with_prefix("authorization")  # runs a refresh hook
-    if token:
-        header.append(f"Authorization: {token}")
+    # The configuration's own header credentials (a bearer token, refreshed by its hook),
+    # as the REST client sends them.
+    header = [
+        f"{setting['key']}: {setting['value']}"
+        for setting in configuration.auth_settings().values()
+        if setting.get("in") == "header" and setting.get("value")
+    ]
     sock = websocket.WebSocket(sslopt=_ssl_options(configuration), skip_utf8_validation=True)
     try:
         sock.connect(url, header=header, subprotocols=list(protocols), timeout=CONNECT_SECONDS)

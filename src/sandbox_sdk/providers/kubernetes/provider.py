@@ -168,7 +168,8 @@ def pod_running(pod: Mapping[str, Any]) -> bool:
 
 def _created(pod: Mapping[str, Any]) -> datetime:
     stamp = pod["metadata"]["creationTimestamp"]
-    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    created = datetime.fromisoformat(str(stamp))
+    return created if created.tzinfo else created.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -507,6 +508,20 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
                 )
             time.sleep(POLL_SECONDS)
 
+    def _first_connection(self, url: str) -> Any:
+        """The first exec's connection to a new pod. The kubelet finds an exec's container
+        in a cache of the runtime's containers that it refreshes every few seconds, so a
+        container it has just reported running can still be "not found" (HTTP 500): that
+        answer is retried until the start timeout."""
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            try:
+                return _exec.connect(self.configuration, url, self.exec_protocols)
+            except errors.SandboxRuntimeError as exc:
+                if "container not found" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(POLL_SECONDS)
+
     def _check_image(self, pod: Mapping[str, Any]) -> None:
         """Check the image has what the SDK needs (bash, python3), with one exec of ``sh``."""
         name = pod["metadata"]["name"]
@@ -514,12 +529,7 @@ class KubernetesProvider(SandboxProvider[KubernetesSandbox]):
         url = _exec.exec_url(
             self.configuration.host, self.namespace, name, CONTAINER, ["sh", "-c", IMAGE_CHECK], False
         )
-        result = _exec.run(
-            _exec.connect(self.configuration, url, self.exec_protocols),
-            None,
-            time.monotonic() + self.api_timeout,
-            4096,
-        )
+        result = _exec.run(self._first_connection(url), None, time.monotonic() + self.api_timeout, 4096)
         code = None if result.status is None else _exec.status_exit_code(result.status)
         if code == IMAGE_LACKS:
             missing = result.stdout.decode("utf-8", "replace").partition("missing:")[2].split()
