@@ -63,11 +63,16 @@ def test_a_long_command_is_staged_over_stdin_intact(sandbox: KubernetesSandbox) 
 
 
 def test_the_timeout_kills_the_command_and_what_it_started(sandbox: KubernetesSandbox) -> None:
-    marker = f"sbx-orphan-{secrets.token_hex(4)}"
-    result = sandbox.execute(f"bash -c 'exec -a {marker} sleep 60' & echo started; wait", timeout=1)
+    tag = secrets.token_hex(4)
+    result = sandbox.execute(f"bash -c 'exec -a sbx-orphan-{tag} sleep 60' & echo started; wait", timeout=1)
     assert result.timed_out and result.exit_code == 124 and result.output == "started\n"
-    left = sandbox.execute(f"grep -l {marker} /proc/[0-9]*/cmdline 2>/dev/null | wc -l")
-    assert left.output.strip() == "0"
+    # Processes whose argv[0] is the orphan's, read by the probe's shell itself (a grep for it
+    # would find its own command line).
+    probe = (
+        f'n=0; for f in /proc/[0-9]*/cmdline; do IFS= read -r -d "" a <"$f" 2>/dev/null;'
+        f' [ "$a" = sbx-orphan-{tag} ] && n=$((n + 1)); done; echo $n'
+    )
+    assert sandbox.execute(probe).output == "0\n"
 
 
 def test_exit_statuses_and_signals(sandbox: KubernetesSandbox) -> None:

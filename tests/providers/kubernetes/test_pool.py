@@ -77,8 +77,15 @@ def test_concurrent_claims_never_share_a_pod(pooled: KubernetesProvider) -> None
 def test_a_claim_on_a_changed_pod_is_refused(pooled: KubernetesProvider) -> None:
     """The precondition itself: a patch carrying a resourceVersion the pod has moved past
     is a 409, so two claimants of one pod cannot both win."""
-    pod = next(pod for pod in pooled.warm_pods() if pod["metadata"]["name"] in warm_names(pooled, 1))
-    name, stale = pod["metadata"]["name"], pod["metadata"]["resourceVersion"]
-    pooled._patch(name, {"metadata": {"resourceVersion": stale, "annotations": {"first": "claim"}}})
+    name = next(iter(warm_names(pooled, 1)))
+    while True:  # the first change, on the version read just before it
+        pod = pooled._read(name)
+        assert pod is not None
+        stale = pod["metadata"]["resourceVersion"]
+        try:
+            pooled._patch(name, {"metadata": {"resourceVersion": stale, "annotations": {"first": "claim"}}})
+            break
+        except NameTakenError:  # the kubelet updated the pod's status in between: read again
+            continue
     with pytest.raises(NameTakenError):
         pooled._patch(name, {"metadata": {"resourceVersion": stale, "annotations": {"second": "claim"}}})
