@@ -78,6 +78,8 @@ NO_PROCESS_TESTS: dict[str, tuple[str, ...]] = {
         "test_the_generator_handles_generic_bases_and_every_kind_of_parameter",
         "test_the_committed_twins_are_up_to_date",
     ),
+    "tests/providers/kubernetes/test_exec_protocol.py": (),
+    "tests/providers/kubernetes/test_manifest.py": (),
     "tests/providers/remote/test_hostile_runner.py": (),
     "tests/providers/remote/test_wire.py": (),
 }

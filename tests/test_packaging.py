@@ -32,7 +32,9 @@ MYPY = f"mypy=={version('mypy')}"
 #: What each group's venv installs (``{source}``: a copy of this checkout).
 GROUPS = {
     "core": [DISTRIBUTION, MYPY],
-    "extras": [f"{DISTRIBUTION}[cli,daytona,docker,e2b,inspect,mcp,modal,openai-agents,remote]"],
+    "extras": [
+        f"{DISTRIBUTION}[cli,daytona,docker,e2b,fsspec,inspect,kubernetes,mcp,modal,openai-agents,remote]"
+    ],
     "deepagents": [f"{DISTRIBUTION}[cli,deepagents]"],
     "editable": ["--editable", "{source}", MYPY],
 }

@@ -23,6 +23,8 @@ from sandbox_sdk.providers.docker import provider as docker
 from sandbox_sdk.providers.docker.provider import DockerProvider, DockerProviderOptions
 from sandbox_sdk.providers.e2b import provider as e2b
 from sandbox_sdk.providers.e2b.provider import E2BProvider, E2BProviderOptions
+from sandbox_sdk.providers.kubernetes import provider as kubernetes
+from sandbox_sdk.providers.kubernetes.provider import KubernetesProvider, KubernetesProviderOptions
 from sandbox_sdk.providers.local.provider import LocalProvider, LocalProviderOptions
 from sandbox_sdk.providers.modal import provider as modal
 from sandbox_sdk.providers.modal.provider import ModalProvider, ModalProviderOptions
@@ -35,6 +37,7 @@ SHIPPED: dict[str, tuple[type[Any], Any]] = {
     "daytona": (DaytonaProvider, DaytonaProviderOptions),
     "docker": (DockerProvider, DockerProviderOptions),
     "e2b": (E2BProvider, E2BProviderOptions),
+    "kubernetes": (KubernetesProvider, KubernetesProviderOptions),
     "modal": (ModalProvider, ModalProviderOptions),
 }
 
@@ -60,10 +63,10 @@ def test_any_name_takes_the_union_of_the_shipped_options() -> None:
 
 
 def test_the_overloads_name_every_shipped_provider_and_its_options() -> None:
-    source = inspect.getsource(registry)
+    source = "".join(inspect.getsource(registry).split())  # however the formatter wraps them
     for name, (cls, options) in SHIPPED.items():
         overload = f'(name: Literal["{name}"], **config: Unpack[{options.__name__}]) -> {cls.__name__}'
-        assert f"def get_provider{overload}" in source
+        assert "".join(f"def get_provider{overload}".split()) in source
 
 
 @pytest.mark.parametrize(
@@ -121,6 +124,7 @@ def test_create_takes_by_name_the_options_the_shipped_providers_take() -> None:
         | LocalProvider.extra_options
         | docker.SANDBOX_OPTIONS
         | e2b.CREATE_OPTIONS
+        | kubernetes.SANDBOX_OPTIONS
         | modal.SANDBOX_OPTIONS
         | {"create_timeout"}
         | (set(CreateSandboxFromSnapshotParams.model_fields) - {"labels"})

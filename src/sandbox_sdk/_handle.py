@@ -35,11 +35,12 @@ class CreateOptions(TypedDict, total=False):
     limits: Any  # bwrap
     network: Any  # bwrap, docker, e2b
     mounts: Any  # bwrap, docker
-    image: Any  # docker, modal, daytona
+    image: Any  # docker, kubernetes, modal, daytona
     env: Any  # docker, modal
     cpu: Any  # docker, modal
     memory_bytes: Any  # docker
     pids_limit: Any  # docker
+    ephemeral_storage_bytes: Any  # kubernetes
     name: Any  # docker, modal, daytona
     template: Any  # e2b
     envs: Any  # e2b

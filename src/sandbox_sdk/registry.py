@@ -37,6 +37,8 @@ if TYPE_CHECKING:  # the shipped providers, for get_provider's overloads (a clou
     from sandbox_sdk.providers.docker.provider import DockerProviderOptions
     from sandbox_sdk.providers.e2b import E2BProvider
     from sandbox_sdk.providers.e2b.provider import E2BProviderOptions
+    from sandbox_sdk.providers.kubernetes import KubernetesProvider
+    from sandbox_sdk.providers.kubernetes.provider import KubernetesProviderOptions
     from sandbox_sdk.providers.local import LocalProvider
     from sandbox_sdk.providers.local.provider import LocalProviderOptions
     from sandbox_sdk.providers.modal import ModalProvider
@@ -106,6 +108,16 @@ class ProviderOptions(TypedDict, total=False):
     token_id: Any
     token_secret: Any
     workdir: Any
+    namespace: Any
+    kubeconfig: Any
+    context: Any
+    in_cluster: Any
+    run_as_user: Any
+    image_pull_policy: Any
+    network_policy: Any
+    api_timeout: Any
+    exec_protocols: Any
+    warm_pool: Any
 
 
 # Each shipped name's options are its class's keyword arguments, checked by a type checker
@@ -122,6 +134,10 @@ def get_provider(name: Literal["daytona"], **config: Unpack[DaytonaProviderOptio
 def get_provider(name: Literal["docker"], **config: Unpack[DockerProviderOptions]) -> DockerProvider: ...
 @overload
 def get_provider(name: Literal["e2b"], **config: Unpack[E2BProviderOptions]) -> E2BProvider: ...
+@overload
+def get_provider(
+    name: Literal["kubernetes"], **config: Unpack[KubernetesProviderOptions]
+) -> KubernetesProvider: ...
 @overload
 def get_provider(name: Literal["modal"], **config: Unpack[ModalProviderOptions]) -> ModalProvider: ...
 @overload

@@ -99,7 +99,7 @@ def tree_of(root: Path) -> tuple[dict[str, bytes], set[str]]:
 def test_providers_tells_which_can_be_used_here(tmp_path: Path) -> None:
     done = Sbx(tmp_path, "bwrap")("providers")
     rows = {line.split()[0]: line for line in done.stdout.splitlines()[1:] if line.strip() and line[0] != " "}
-    assert {"local", "bwrap", "daytona", "docker", "e2b", "modal", "remote"} <= rows.keys()
+    assert {"local", "bwrap", "daytona", "docker", "e2b", "kubernetes", "modal", "remote"} <= rows.keys()
     assert rows["local"].split()[1] == "available"
     assert rows["bwrap"].split()[1] == "available"
     assert "SANDBOX_SDK_REMOTE_URL" in done.stdout  # why remote is unavailable here

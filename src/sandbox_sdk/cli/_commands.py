@@ -43,7 +43,7 @@ from sandbox_sdk.transfer import SymlinkPolicy
 @runtime_checkable
 class Reaper(Protocol):
     """A provider whose expired sandboxes only it deletes: the local ones,
-    docker, and a remote runner's (the cloud platforms expire theirs
+    docker, kubernetes, and a remote runner's (the cloud platforms expire theirs
     themselves)."""
 
     def reap(self) -> list[str]: ...

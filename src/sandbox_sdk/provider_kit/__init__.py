@@ -21,7 +21,8 @@ and :class:`~sandbox_sdk.SandboxProvider`; the shipped providers use the same.
   own whose id is the shell's pid, to kill whole.
 - Native operations: subclass :class:`NativeRequest` for your platform's
   calls, override an ``_op_*`` operation to yield them and ``_perform`` /
-  ``_aperform`` to carry them out (the sync and async APIs then share one body);
+  ``_aperform`` to carry them out (the sync and async APIs then share one body;
+  a flow waits with :class:`Sleep`, ``time.sleep`` or ``anyio.sleep`` as it runs);
   :class:`Pipeline` keeps several requests or sub-operations in flight;
   :data:`Operation` and :data:`Request` type the overrides.
 - Native transfers: :func:`transfer_error` (the per-file error codes),
@@ -47,6 +48,7 @@ from sandbox_sdk._core import (
 )
 from sandbox_sdk._kernel import can_clean_up
 from sandbox_sdk._process import Collected, Command, OutputSink
+from sandbox_sdk._provider_flows import Sleep
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE
 from sandbox_sdk.provider_kit.groups import OWN_GROUP_PREFIX
 from sandbox_sdk.provider_kit.host_process import (
@@ -91,6 +93,7 @@ __all__ = [
     "Progress",
     "Request",
     "SandboxRecord",
+    "Sleep",
     "UploadSource",
     "arun_process",
     "bash_script",

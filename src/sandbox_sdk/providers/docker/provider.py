@@ -30,14 +30,11 @@ from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxInfo, SandboxPage
 from sandbox_sdk.mounts import check_mounts
 from sandbox_sdk.provider import SandboxProvider, labels_match
-from sandbox_sdk.provider_kit import Lifetime, NativeRequest, check_seconds
+from sandbox_sdk.provider_kit import Lifetime, NativeRequest, Sleep, check_seconds
+from sandbox_sdk.provider_kit.exec_runner import IMAGE_CHECK, IMAGE_LACKS, USED_MARKER
+from sandbox_sdk.provider_kit.options import positive_int, string_map
 from sandbox_sdk.providers.docker._errors import NameTakenError, translate_errors
-from sandbox_sdk.providers.docker.sandbox import (
-    DEFAULT_MAX_OUTPUT_BYTES,
-    DEFAULT_TIMEOUT,
-    USED_MARKER,
-    DockerSandbox,
-)
+from sandbox_sdk.providers.docker.sandbox import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT, DockerSandbox
 
 logger = logging.getLogger(__name__)
 lifecycle_log = logging.getLogger("sandbox_sdk.lifecycle")
@@ -88,9 +85,7 @@ START_WAIT_SECONDS = 60.0
 START_POLL_SECONDS = 0.1
 #: Run when a sandbox is created: says what the image lacks (exit 3), and whether the
 #: workspace still has to be given to the sandbox's user (``$1``, empty for root): exit 5.
-SETUP_SCRIPT = (
-    'missing=; for p in bash python3; do command -v $p >/dev/null 2>&1 || missing="$missing $p"; done\n'
-    'if [ -n "$missing" ]; then echo "missing:$missing"; exit 3; fi\n'
+SETUP_SCRIPT = IMAGE_CHECK + (
     '[ -n "$1" ] || exit 0\n'
     'u=${1%%:*}; uid=$(id -u "$u" 2>/dev/null || echo "$u")\n'
     f'[ "$(stat -c %u {WORKSPACE})" = "$uid" ] || exit 5\n'
@@ -115,13 +110,6 @@ class FindNamed(NativeRequest):
     """The container called ``name`` (its inspection), or ``None``."""
 
     name: str
-
-
-@dataclass(frozen=True)
-class Pause(NativeRequest):
-    """Wait ``seconds`` (for a container another process is starting)."""
-
-    seconds: float
 
 
 @dataclass(frozen=True)
@@ -230,7 +218,7 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
             container_labels[IDLE_LABEL] = repr(lifetime.idle_timeout)
         with translate_errors(f"create a container of image {image!r}"):
             host_config = self.client.create_host_config(**self._host_options(options))
-            env = {"HOME": WORKSPACE, **_strings("env", options.get("env") or {})}
+            env = {"HOME": WORKSPACE, **string_map("env", options.get("env") or {})}
             container_id = self.client.create_container(
                 image,
                 entrypoint=["sleep"],
@@ -263,7 +251,7 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
             network_mode = network
         else:
             raise errors.InvalidArgumentError(f"network must be a bool or a network's name, not {network!r}")
-        memory = _positive_int("memory_bytes", options.get("memory_bytes", DEFAULT_MEMORY_BYTES))
+        memory = positive_int("memory_bytes", options.get("memory_bytes", DEFAULT_MEMORY_BYTES))
         host: dict[str, Any] = {
             "init": True,
             "network_mode": network_mode,
@@ -279,7 +267,7 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
             "cap_drop": ["ALL"],
             "cap_add": list(KEPT_CAPABILITIES),
             "security_opt": ["no-new-privileges"],
-            "pids_limit": _positive_int("pids_limit", options.get("pids_limit", DEFAULT_PIDS_LIMIT)),
+            "pids_limit": positive_int("pids_limit", options.get("pids_limit", DEFAULT_PIDS_LIMIT)),
             "mem_limit": memory,
             "memswap_limit": memory,
         }
@@ -298,7 +286,7 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
         code, output = self._run_fixed(container_id, image, ["sh", "-c", SETUP_SCRIPT, "setup", user])
         if code == NOT_OWNED:
             code, output = self._run_fixed(container_id, image, ["chown", "--", user, WORKSPACE])
-        if code == 3:
+        if code == IMAGE_LACKS:
             missing = output.partition("missing:")[2].split()
             raise errors.InvalidArgumentError(
                 f"image {image!r} lacks {' and '.join(missing)}: the docker provider runs commands with "
@@ -454,7 +442,7 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
         while True:
             attrs = yield FindNamed(name)
             if attrs is None and appearing and waited < START_WAIT_SECONDS:
-                yield Pause(START_POLL_SECONDS)
+                yield Sleep(START_POLL_SECONDS)
                 waited += START_POLL_SECONDS
                 continue
             if attrs is None:
@@ -462,7 +450,7 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
             labels = attrs["Config"]["Labels"] or {}
             status = attrs["State"]["Status"]
             if status == "created" and waited < START_WAIT_SECONDS:
-                yield Pause(START_POLL_SECONDS)
+                yield Sleep(START_POLL_SECONDS)
                 waited += START_POLL_SECONDS
                 continue
             if status == "running" and not expired(labels, time.time()):
@@ -486,17 +474,12 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
                 if (attrs["Config"]["Labels"] or {}).get(MANAGED_LABEL) == "docker":
                     return attrs
             return None
-        if isinstance(request, Pause):
-            return time.sleep(request.seconds)
         if isinstance(request, Remove):
             return self._remove(request.container_id)
         return super()._perform(request)
 
     async def _aperform(self, request: Any) -> Any:
-        """Our own requests in a worker thread (the client blocks), a pause on the loop;
-        the rest as the base does."""
-        if isinstance(request, Pause):
-            return await anyio.sleep(request.seconds)
+        """Our own requests in a worker thread (the client blocks); the rest as the base does."""
         if isinstance(request, FindNamed | Remove):
             return await anyio.to_thread.run_sync(self._perform, request)
         return await super()._aperform(request)
@@ -504,20 +487,6 @@ class DockerProvider(SandboxProvider[DockerSandbox]):
     def close(self) -> None:
         """Close the engine client's connections; idempotent."""
         self.client.close()
-
-
-def _strings(name: str, mapping: Any) -> dict[str, str]:
-    if not isinstance(mapping, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()
-    ):
-        raise errors.InvalidArgumentError(f"{name} must map strings to strings, not {mapping!r}")
-    return dict(mapping)
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise errors.InvalidArgumentError(f"{name} must be a positive int, not {value!r}")
-    return value
 
 
 def _cursor_key(cursor: str | None) -> tuple[int, str] | None:
