@@ -1217,7 +1217,8 @@ class SandboxConformanceTests(SandboxSuite):
 
 
 #: Prints each entry under ``argv[1]`` (relative, repr of its bytes name),
-#: its kind, mode, link count, link target and SHA-256, sorted.
+#: its kind, permission bits (not setuid, setgid or sticky, which a snapshot
+#: does not keep), link count, link target and SHA-256, sorted.
 TREE_LISTING = """import hashlib, os, stat, sys
 root = os.fsencode(sys.argv[1])
 lines = []
@@ -1230,6 +1231,6 @@ for top, dirs, files in os.walk(root):
         digest = hashlib.sha256(open(path, "rb").read()).hexdigest() if kind == "file" else ""
         nlink = st.st_nlink if kind == "file" else 0
         rel = os.path.relpath(path, root)
-        lines.append(f"{rel!r} {kind} {stat.S_IMODE(st.st_mode):o} {nlink} {target!r} {digest}")
+        lines.append(f"{rel!r} {kind} {st.st_mode & 0o777:o} {nlink} {target!r} {digest}")
 print("\\n".join(sorted(lines)))
 """
