@@ -58,7 +58,9 @@ client that goes away does not kill the command ("We do not want the command
 to be killed if the request context is cancelled":
 packages/envd/internal/services/process/start.go, ``handleStart``). The end
 event is Go's: exit code -1 after a signal, with ``ProcessState.String()``
-(``signal: killed``) as its status and error (``Handler.Wait``).
+(``signal: killed``) as its status and error (``Handler.Wait``);
+``end_form`` switches to the form a command re-adopted after an envd upgrade
+ends with (128 + N, no error) or to one no envd sends (-1, nothing named).
 ``commands_lead_group`` makes each command lead a process group of its own,
 which envd does not do: it tests that the provider is right either way.
 
@@ -126,6 +128,8 @@ CHUNK_SIZE = 32 * 1024
 OUTPUT_EVENTS = 64
 PROCESS_ROUTE = "/process.Process/"
 FILESYSTEM_ROUTE = "/filesystem.Filesystem/"
+#: The forms of envd's end event (:func:`_end_event`).
+EndForm = Literal["live", "readopted", "unnamed"]
 
 
 def _iso(moment: dt.datetime) -> str:
@@ -194,6 +198,7 @@ class FakeE2BServer:
         self.base_dir = base_dir
         self.max_lifetime = max_lifetime
         self.commands_lead_group = False
+        self.end_form: EndForm = "live"
         self.sandboxes: dict[str, FakeSandbox] = {}
         self.requests: list[tuple[str, str]] = []
         self._injected: list[InjectedError] = []
@@ -601,18 +606,45 @@ def _sandbox_of(fake: FakeE2BServer, ctx: RequestContext[Any, Any]) -> FakeSandb
     return sandbox
 
 
-def _end_event(returncode: int) -> process_pb.ProcessEvent.EndEvent:
-    """envd's end event: Go's exit code (-1 after a signal), status and error strings.
-    Go names a signal as the C library's ``strsignal`` does, lower-cased
-    ("killed", "terminated", "segmentation fault": go/src/syscall/zerrors_linux_amd64.go)."""
-    if returncode < 0:
-        description = signal.strsignal(-returncode) or f"Signal {-returncode}"
-        text = f"signal: {description[0].lower()}{description[1:]}"
+def _end_event(returncode: int, form: EndForm = "live") -> process_pb.ProcessEvent.EndEvent:
+    """envd's end event of a command that ended with ``returncode`` (negative: killed by that signal).
+
+    ``live``, the path every command takes (``Handler.Wait``, e2b-dev/infra
+    packages/envd/internal/services/process/handler/handler.go): Go's
+    ``ProcessState.ExitCode()`` (-1 after a signal), ``Exited()``,
+    ``String()`` as the status, and ``cmd.Wait()``'s error text as the error
+    (set for any non-zero end). Go names a signal as the C library's
+    ``strsignal`` does, lower-cased ("signal: killed", "signal: terminated":
+    go/src/syscall/zerrors_linux_amd64.go).
+
+    ``readopted``, a command that outlived an envd live upgrade and was
+    reaped by the new envd (``Handler.reapByPidfd``, handler/readopt.go): exit
+    code ``128 + int(ws.Signal())`` and the signal's name alone as the status
+    after a signal, status "exited" after an exit, never an error.
+
+    ``unnamed``: -1 after a signal with neither status nor error, which no
+    envd sends; a server built from the SDK alone might."""
+    signalled = returncode < 0
+    if form == "readopted":
+        if signalled:
+            name = _go_signal_name(-returncode)
+            return process_pb.ProcessEvent.EndEvent(exit_code=128 - returncode, exited=False, status=name)
+        return process_pb.ProcessEvent.EndEvent(exit_code=returncode, exited=True, status="exited")
+    if signalled and form == "unnamed":
+        return process_pb.ProcessEvent.EndEvent(exit_code=-1, exited=False)
+    if signalled:
+        text = f"signal: {_go_signal_name(-returncode)}"
         return process_pb.ProcessEvent.EndEvent(exit_code=-1, exited=False, status=text, error=text)
     text = f"exit status {returncode}"
     return process_pb.ProcessEvent.EndEvent(
         exit_code=returncode, exited=True, status=text, error=text if returncode else None
     )
+
+
+def _go_signal_name(number: int) -> str:
+    """Go's ``syscall.Signal.String()``: the C library's description, lower-cased first letter."""
+    description = signal.strsignal(number) or f"Signal {number}"
+    return f"{description[0].lower()}{description[1:]}"
 
 
 def _start_response(event: Any) -> process_pb.StartResponse:
@@ -705,7 +737,7 @@ class _ProcessService(process_connect.Process):
                     continue
                 yield _start_response(Oneof("data", item))
             returncode = await process.wait()
-            yield _start_response(Oneof("end", _end_event(returncode)))
+            yield _start_response(Oneof("end", _end_event(returncode, self._fake.end_form)))
         finally:
             if deadline is not None:
                 deadline.cancel()
