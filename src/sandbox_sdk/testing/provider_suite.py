@@ -16,7 +16,9 @@ sandboxes left by other users of the same account are never touched.
 from __future__ import annotations
 
 import secrets
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,8 @@ from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.snapshots import DirectorySnapshotStore
 
+#: Clients racing ``get_or_create`` on one label set in the race test.
+RACERS = 4
 #: An id no provider hands out, but shaped like the usual ones.
 UNKNOWN_IDS = ("no-such-sandbox", "local-000000000000000000000000", "bwrap-ffffffffffffffffffffffff")
 
@@ -46,6 +50,13 @@ class ProviderConformanceTests:
         yield ids
         for sandbox_id in ids:
             provider.delete(sandbox_id=sandbox_id)
+
+    @pytest.fixture
+    def racing_providers(self, provider: SandboxProvider[Any]) -> list[SandboxProvider[Any]]:
+        """The clients of the race test, one a thread: ``provider`` itself unless a
+        provider's tests override this with independent clients (their own
+        connections, as separate programs would have)."""
+        return [provider] * RACERS
 
     def _new(self, provider: SandboxProvider[Any], made: list[str], **kwargs: Any) -> BaseSandbox:
         sandbox: BaseSandbox = provider.get_or_create(**kwargs)
@@ -117,6 +128,38 @@ class ProviderConformanceTests:
         superset = self._new(provider, made, labels={**thread_a, "extra": "1"})
         assert superset.id not in (first.id, other.id)
         assert provider.get_or_create(labels=thread_a).id == first.id
+
+    def test_get_or_create_race_on_one_label_set_makes_one_sandbox(
+        self,
+        provider: SandboxProvider[Any],
+        racing_providers: list[SandboxProvider[Any]],
+        made: list[str],
+        run_labels: dict[str, str],
+    ) -> None:
+        """Clients calling ``get_or_create`` with the same labels at once all get
+        one sandbox, the only one carrying them once the race is over: none of
+        them finds one, so each may create, and the provider must make them agree."""
+        start = threading.Barrier(len(racing_providers))
+
+        def race(client: SandboxProvider[Any]) -> str:
+            start.wait()
+            sandbox: BaseSandbox = client.get_or_create(labels=run_labels)
+            return sandbox.id
+
+        with ThreadPoolExecutor(len(racing_providers)) as pool:
+            futures = [pool.submit(race, client) for client in racing_providers]
+        outcomes = [future.exception() or future.result() for future in futures]
+        made += [outcome for outcome in outcomes if isinstance(outcome, str)]
+        ids = set(outcomes)
+        assert all(isinstance(outcome, str) for outcome in outcomes), outcomes
+        assert len(ids) == 1, outcomes
+        (winner,) = ids
+        assert isinstance(winner, str)
+        listed = [info.id for info in provider.iter_sandboxes(labels=run_labels)]
+        made += [sandbox_id for sandbox_id in listed if sandbox_id != winner]  # a duplicate left behind
+        assert listed == [winner]
+        assert provider.get_or_create(labels=run_labels).id == winner
+        assert provider.get(winner).execute("echo shared").output == "shared\n"
 
     def test_labels_after_delete_make_a_new_sandbox(
         self, provider: SandboxProvider[Any], made: list[str], run_labels: dict[str, str]

@@ -18,14 +18,21 @@ import pytest
 pytest.importorskip("e2b", reason="the e2b extra is not installed: pip install -e '.[e2b]'")
 
 from sandbox_sdk import errors, get_provider
+from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.providers.e2b import E2BProvider, E2BSandbox
 from sandbox_sdk.testing import ProviderConformanceTests
+from sandbox_sdk.testing.provider_suite import RACERS
 from tests.providers.e2b.conftest import API_KEY, make_provider
 from tests.providers.e2b.fake_server import FakeE2BServer
 
 
 class TestE2BProviderContract(ProviderConformanceTests):
-    """Uses the ``provider`` fixture of conftest.py."""
+    """Uses the ``provider`` fixture of conftest.py; the race's clients are
+    providers of their own, each with its own connections."""
+
+    @pytest.fixture
+    def racing_providers(self, fake_e2b: FakeE2BServer) -> list[SandboxProvider[Any]]:
+        return [make_provider(fake_e2b) for _ in range(RACERS)]
 
 
 def unique_labels(**extra: str) -> dict[str, str]:
