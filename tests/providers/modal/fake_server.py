@@ -36,7 +36,9 @@ the SDK only picks for GPUs, network file systems or a PTY, is not served):
     SandboxTerminateV2      kills every running exec, removes the directory
     SandboxListV2           app / tag filter, running only, newest first, ``before_timestamp``
                             paging with :attr:`FakeModalServer.page_size` entries a page; each
-                            entry with its tags, name and creation time (``SandboxInfo``);
+                            entry with what the SDK's public ``Sandbox.list`` reads of it
+                            (id, handle metadata, result, creation time), so a client reading
+                            more than the public API gives fails here;
                             :attr:`FakeModalServer.list_delay` holds the answer back
     SandboxTagsGetV2 / SandboxTagsSetV2
 
@@ -517,12 +519,14 @@ class _ControlPlane(_unimplemented_rpcs(ModalClientBase), ModalClientBase):  # t
         await stream.send_message(
             api_pb2.SandboxListResponse(
                 sandboxes=[
+                    # only what the SDK reads of an entry (``_Sandbox._list``,
+                    # modal/sandbox/_sandbox.py:1458-1464 in modal 1.6.4): the id, the
+                    # handle metadata, the task's result, and the creation time its next
+                    # request pages from; not the tags or the name, which nothing public returns
                     api_pb2.SandboxInfo(
                         id=sandbox.id,
                         app_id=sandbox.app_id,
                         created_at=sandbox.created_at,
-                        tags=_tag_protos(sandbox.tags),
-                        name=sandbox.definition.name,
                         task_info=api_pb2.TaskInfo(id=sandbox.task_id, result=sandbox.result),
                         metadata=api_pb2.SandboxHandleMetadata(app_id=sandbox.app_id),
                     )
