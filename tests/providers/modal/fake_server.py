@@ -865,4 +865,18 @@ class FakeModalServer:
             self.stop()
 
 
-__all__ = ["FS_TOOLS_PATH", "FakeModalServer"]
+def serve_until_stdin_closes() -> None:
+    """Run the fake in a process of its own (``python -m tests.providers.modal.fake_server``):
+    print one JSON line with its URL and tokens, serve until standard input closes. A test
+    that measures the client's own memory uses it, so the fake's buffers are not counted."""
+    with FakeModalServer().running() as server:
+        address = {"url": server.url, "token_id": server.token_id, "token_secret": server.token_secret}
+        print(json.dumps(address), flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    serve_until_stdin_closes()
+
+
+__all__ = ["FS_TOOLS_PATH", "FakeModalServer", "serve_until_stdin_closes"]
