@@ -65,7 +65,23 @@ ends with (128 + N, no error) or to one no envd sends (-1, nothing named).
 which envd does not do: it tests that the provider is right either way.
 
 Error messages carry Go's errno texts (``open /a: permission denied``), and
-renaming onto a directory fails with "file exists", as Go's ``os.Rename`` does.
+renaming onto a directory fails with "file exists", as Go's ``os.Rename`` does
+(it checks the destination first and never moves *into* a directory, as
+Python's ``shutil.move`` would; envd's ``Move`` is ``os.Rename`` after
+``permissions.EnsureDirs``: packages/envd/internal/services/filesystem/move.go);
+a parent that is a file is envd's own "path is a file: <it>" (a 500 on upload,
+INTERNAL on move: permissions/path.go, api/upload.go ``processFile``). The
+kit's ``test_mixed_upload_batch_reports_each_item`` rests on exactly these: an
+upload is a write to a hidden name beside the target, then ``Move`` onto it,
+so "onto a directory" is a failed rename (``is_directory`` once the provider
+looks) and "below a file" a failed write; a fake that moves into a directory,
+or writes below a file, answers what envd never does.
+
+The kit's bounded-memory stream test counts this process, the fake included:
+it passes because the fake, like envd, holds back a command's output while the
+stream is not read (see ``_ProcessService.start``); a fake that reads the
+command's pipes into memory as fast as they fill measures its own buffer, not
+the client's (the SDK reads the stream through httpx as it is iterated).
 Tests inject control-plane failures with :meth:`FakeE2BServer.fail_next`
 (sent with ``Should-Retry: false`` unless asked, so the SDK does not retry).
 
@@ -83,7 +99,6 @@ import contextlib
 import datetime as dt
 import email.parser
 import email.policy
-import errno
 import os
 import secrets
 import shutil
@@ -575,20 +590,31 @@ def _multipart_files(content_type: str, body: bytes, query_path: str | None) -> 
     return files
 
 
-def _ensure_dirs(directory: Path) -> None:
-    """``os.MkdirAll`` as Go does it: an existing non-directory on the way is ENOTDIR."""
+def _ensure_dirs(directory: Path) -> str | None:
+    """envd's ``permissions.EnsureDirs``: each ancestor from the root is
+    stat'ed and made when missing; an ancestor that is not a directory is
+    "path is a file: <it>" (e2b-dev/infra packages/envd/internal/permissions/path.go).
+    Its error text, or None."""
     for ancestor in [*reversed(directory.parents), directory]:
-        if ancestor.exists() and not ancestor.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(ancestor))
-    directory.mkdir(parents=True, exist_ok=True)
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                return f"path is a file: {ancestor}"
+            continue
+        try:
+            ancestor.mkdir()
+        except FileExistsError:
+            continue  # made meanwhile (``os.IsExist``)
+        except OSError as exc:
+            return f"failed to create directory: {_go_error('mkdir', exc)}"
+    return None
 
 
 def _write_file(path: Path, content: bytes) -> tuple[int, str]:
-    """Write in place (truncate, then write) with parents created, as envd does; (status, message)."""
-    try:
-        _ensure_dirs(path.parent)
-    except OSError as exc:
-        return 500, f"error ensuring directories: {_go_error('mkdir', exc)}"
+    """Write in place (truncate, then write) with parents created, as envd's
+    ``processFile`` does (packages/envd/internal/api/upload.go): a failure to
+    make the parents is a 500, a directory in the way a 400; (status, message)."""
+    if (failure := _ensure_dirs(path.parent)) is not None:
+        return 500, f"error ensuring directories: {failure}"
     if path.is_dir():
         return 400, f"path is a directory: {path}"
     try:
@@ -842,11 +868,9 @@ class _FilesystemService(filesystem_connect.Filesystem):
     ) -> filesystem_pb.MoveResponse:
         sandbox = _sandbox_of(self._fake, ctx)
         source, destination = sandbox.resolve(request.source), sandbox.resolve(request.destination)
-        try:
-            _ensure_dirs(destination.parent)
-        except OSError as exc:
-            message = f"error ensuring directories: {_go_error('mkdir', exc)}"
-            raise ConnectError(Code.INTERNAL, message) from exc
+        # envd's Move answers EnsureDirs' error as it is (packages/envd/internal/services/filesystem/move.go)
+        if (failure := _ensure_dirs(destination.parent)) is not None:
+            raise ConnectError(Code.INTERNAL, failure)
         if destination.is_dir() and not destination.is_symlink() and source.exists():
             # Go's os.Rename refuses a directory destination with EEXIST itself.
             raise ConnectError(Code.INTERNAL, f"error renaming: rename {source} {destination}: file exists")

@@ -244,6 +244,10 @@ def test_only_sdk_sandboxes_are_wrapped() -> None:
         (e2b_errors.InvalidArgumentException("path '/a' is a directory"), errors.SandboxIsADirectoryError),
         (e2b_errors.SandboxException("500: open /a: permission denied"), errors.SandboxPermissionError),
         (e2b_errors.SandboxException("500: mkdir /a/b: not a directory"), errors.SandboxNotADirectoryError),
+        (
+            e2b_errors.SandboxException("500: error ensuring directories: path is a file: /a"),
+            errors.SandboxNotADirectoryError,
+        ),
         (e2b_errors.InvalidArgumentException("bad cwd"), errors.InvalidArgumentError),
         (e2b_errors.NotEnoughSpaceException("507: no space"), errors.SandboxRuntimeError),
         (ConnectionRefusedError("refused"), errors.ProviderUnavailableError),

@@ -74,7 +74,7 @@ def test_upload_errors_are_per_file(fake_e2b: FakeE2BServer, e2b_sandbox: E2BSan
     )
     codes = [r.error for r in responses]
     assert codes[:5] == [None, "is_directory", "invalid_path", "invalid_path", "is_directory"]
-    assert codes[5] is not None and "not a directory" in codes[5]
+    assert codes[5] is not None and "path is a file" in codes[5]  # envd's words for a parent that is a file
     assert codes[6] is not None and codes[6].startswith("cannot read local source")
     assert codes[7] is None
     assert (home / "first.txt").read_bytes() == b"1" and (home / "last.txt").read_bytes() == b"2"
