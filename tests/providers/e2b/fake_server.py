@@ -88,7 +88,12 @@ Tests inject control-plane failures with :meth:`FakeE2BServer.fail_next`
 Each sandbox owns a temporary directory that is its home and default working
 directory; relative paths and ``~`` resolve against it. The fake does not
 isolate: absolute paths are host paths and commands run as the test's user, so
-tests keep to the sandbox's home.
+tests keep to the sandbox's home. Users as on E2B: envd runs as root
+(``User=root``, packages/orchestrator/pkg/template/build/core/rootfs/files/envd.service.tpl),
+so its file API (``/files``, ``filesystem.Filesystem``) reads and writes
+through any mode bits, and here too; commands run as the template's user,
+``user`` by default (``SysProcAttr.Credential`` in ``handler.New``), for whom
+mode bits hold: here without root's bypass (tests/providers/fake_users.py).
 """
 
 from __future__ import annotations
@@ -127,6 +132,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from tests.providers.fake_users import without_root_bypass
 
 ASGIApp = Callable[
     [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
@@ -712,8 +719,7 @@ class _ProcessService(process_connect.Process):
             raise ConnectError(Code.INVALID_ARGUMENT, str(exc)) from exc
         try:
             process = await asyncio.create_subprocess_exec(
-                config.cmd,
-                *config.args,
+                *without_root_bypass([config.cmd, *config.args]),
                 cwd=cwd,
                 env=env,
                 stdin=asyncio.subprocess.PIPE if request.stdin else asyncio.subprocess.DEVNULL,
