@@ -13,9 +13,12 @@ execs the command, so its pid is the one the fake reports.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 from collections.abc import Sequence
+from pathlib import Path
 
 #: util-linux's setpriv (an essential package on Debian and Ubuntu).
 SETPRIV = shutil.which("setpriv")
@@ -31,4 +34,33 @@ def without_root_bypass(argv: Sequence[str]) -> list[str]:
     return [SETPRIV, "--bounding-set", "-dac_override,-dac_read_search", "--", *argv]
 
 
-__all__ = ["SETPRIV", "without_root_bypass"]
+def check_as_owner(path: Path, *, write: bool) -> None:
+    """Raise ``PermissionError`` where the mode bits refuse the file's owner what
+    root's bypass would allow: searching each directory on the way, reading
+    ``path`` (or, with ``write``, writing it, or creating it and any missing
+    parents in the nearest directory that exists). The fakes' files are all
+    the tests' user's, so the owner's bits are the ones that hold; run as
+    another user than root, the system checks them itself and this does nothing."""
+    if os.geteuid() != 0:
+        return
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    for directory in reversed(existing.parents):
+        _need(directory, stat.S_IXUSR)
+    if existing == path:
+        _need(path, stat.S_IWUSR if write else stat.S_IRUSR)
+    elif write:
+        _need(existing, stat.S_IWUSR | stat.S_IXUSR)
+
+
+def _need(path: Path, bits: int) -> None:
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # the operation itself reports it
+    if mode & bits != bits:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+
+__all__ = ["SETPRIV", "check_as_owner", "without_root_bypass"]

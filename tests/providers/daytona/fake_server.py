@@ -50,6 +50,10 @@ back to polling, which the routes above satisfy. Every request must carry
 matching requests fail with a chosen status, to exercise error mapping; `stall_next` makes them
 wait unanswered (the command never runs), as a request lost to a connect or gateway timeout.
 
+Users: the daemon runs commands and file operations as the sandbox's user (``daytona``
+unless the create names another), for whom mode bits hold: commands run without root's
+bypass and the file routes check the owner's bits first (tests/providers/fake_users.py).
+
 Command execution has two modes, because daemons differ: ``"stdin-shell"`` (recent daemons: the
 command text is fed to a shell on stdin) and ``"argv-split"`` (older daemons: the command is split
 on spaces, honouring quotes but not escapes, and executed without a shell).
@@ -76,6 +80,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aiohttp import BodyPartReader, web
+
+from tests.providers.fake_users import check_as_owner, without_root_bypass
 
 ExecMode = Literal["stdin-shell", "argv-split"]
 
@@ -466,7 +472,7 @@ class FakeDaytonaServer:
             argv, stdin = split_command_like_old_daemon(command), b""
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv,
+                *without_root_bypass(argv),
                 cwd=cwd,
                 env=env,
                 stdin=asyncio.subprocess.PIPE,
@@ -512,6 +518,11 @@ class FakeDaytonaServer:
                 errors.append(f"file[{index}]: missing .path metadata")
                 continue
             target = _resolve(sandbox, destination)
+            try:
+                check_as_owner(target, write=True)
+            except PermissionError as exc:
+                errors.append(f"{destination}: create: open {target}: {_go_message(exc)}")
+                continue
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -590,6 +601,7 @@ def _download_error(sandbox: FakeSandbox, path: str) -> tuple[int, str, str] | N
         return 400, "INVALID_FILE_PATH", "invalid file path: path is empty"
     target = _resolve(sandbox, path)
     try:
+        check_as_owner(target, write=False)
         with open(target, "rb"):
             pass
     except FileNotFoundError:
