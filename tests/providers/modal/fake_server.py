@@ -109,6 +109,8 @@ from modal_proto import task_command_router_pb2 as tcr_pb2
 from modal_proto.api_grpc import ModalClientBase
 from modal_proto.task_command_router_grpc import TaskCommandRouterBase
 
+from tests.providers.fake_users import without_root_bypass
+
 FS_TOOLS_PATH = "/__modal/.bin/modal-sandbox-fs-tools"
 _FS_TOOLS_SCRIPT = Path(__file__).with_name("modal_fs_tools.py")
 _ID_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -255,6 +257,7 @@ class _State:
         self.router_url = ""
         self.page_size = 3
         self.exec_start_delay = 0.0
+        self.unprivileged_execs = False
         self.stdio_read_delay = 0.0
         self.list_delay = 0.0
         self.apps: dict[str, str] = {}
@@ -567,6 +570,8 @@ class _CommandRouter(_unimplemented_rpcs(TaskCommandRouterBase), TaskCommandRout
             raise GRPCError(Status.INVALID_ARGUMENT, "empty command")
         if argv[0] == FS_TOOLS_PATH:
             argv = [sys.executable, str(_FS_TOOLS_SCRIPT), *argv[1:]]
+        if self.state.unprivileged_execs:
+            argv = without_root_bypass(argv)
         env = {
             "PATH": f"{self.state.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             "HOME": str(sandbox.directory),
@@ -759,6 +764,19 @@ class FakeModalServer:
     @list_delay.setter
     def list_delay(self, value: float) -> None:
         self.state.list_delay = value
+
+    @property
+    def unprivileged_execs(self) -> bool:
+        """Whether execs (commands, and the file API's ``modal-sandbox-fs-tools``) run as a
+        user whom mode bits bind: a sandbox whose image sets a ``USER`` other than root.
+        Modal runs an exec as the image's user, root in the images ``modal.Image`` builds
+        from its own bases, so by default the fake runs them with root's powers (that is,
+        the tests' user's); set, it drops root's bypass (tests/providers/fake_users.py)."""
+        return self.state.unprivileged_execs
+
+    @unprivileged_execs.setter
+    def unprivileged_execs(self, value: bool) -> None:
+        self.state.unprivileged_execs = value
 
     def env(self) -> dict[str, str]:
         """Environment variables that point the modal SDK here."""
