@@ -88,8 +88,13 @@ ExecMode = Literal["stdin-shell", "argv-split"]
 API_PREFIX = "/api"
 TOOLBOX_PREFIX = "/toolbox"
 DOWNLOAD_BOUNDARY = "DAYTONA-FILE-BOUNDARY"  # fixed, as in the daemon
-DEFAULT_EXEC_TIMEOUT_S = 360  # the daemon's default when timeout is absent or 0
-TERMINATION_GRACE_S = 1.0
+#: The daemon's command timeout when the request has none or 0: ``timeout := 360 * time.Second``
+#: (``ExecuteCommand``, apps/daemon/pkg/toolbox/process/execute/execute.go, daytonaio/daytona).
+DEFAULT_EXEC_TIMEOUT_S = 360
+#: Seconds between the SIGTERM and the SIGKILL of a timed-out command's group: the daemon's
+#: ``terminationGracePeriod``, "default to 5 seconds" when its server passes none
+#: (``NewExecuteController``, apps/daemon/pkg/toolbox/process/execute/controller.go).
+TERMINATION_GRACE_S = 5.0
 #: The environment a sandbox's commands start with: a fresh machine's, not the test runner's.
 SANDBOX_BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

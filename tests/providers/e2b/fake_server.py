@@ -6,7 +6,10 @@ One ASGI app answers both base URLs the SDK takes (``api_url`` and
 Control plane (REST, ``X-API-KEY`` checked, errors as ``{"code", "message"}``):
 
 - ``POST /v2/sandboxes``: create; ``templateID``, ``timeout`` (seconds, default
-  15 as in the real API), ``metadata`` and ``envVars`` are honoured.
+  15 as in the real API: ``NewSandbox.timeout``'s ``default: 15`` in e2b-dev/infra
+  spec/openapi.yml, ``SandboxTimeoutDefault`` in
+  packages/api/internal/sandbox/sandboxtypes/states.go), ``metadata`` and
+  ``envVars`` are honoured.
 - ``POST /v2/sandboxes/{id}/connect``: 200 for a running sandbox, extending its
   end time when the new timeout is longer (never shortening it: the SDK's
   ``Sandbox.connect`` docstring, e2b/sandbox_sync/main.py:279); 404 when it does
@@ -36,7 +39,10 @@ found":
 
 - ``GET /health``; ``GET /files`` (download) and ``POST /files`` (multipart or
   octet-stream upload, parents created), with envd's status codes: 404 missing,
-  400 a directory, 500 other OS errors.
+  400 a directory, 500 other OS errors (``GetFiles`` in
+  packages/envd/internal/api/download.go: ``os.ErrNotExist`` 404, ``IsDir`` 400,
+  any other stat or open error 500; ``processFile`` in api/upload.go: a
+  directory 400, making parents or opening 500).
 - Connect RPC ``process.Process``: ``Start`` (server stream), ``SendSignal`` and
   ``List``; ``filesystem.Filesystem``: ``Stat``, ``MakeDir``, ``Move``,
   ``Remove`` and ``ListDir`` (depth 1). Both are the SDK's own generated ASGI

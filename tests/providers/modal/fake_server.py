@@ -48,8 +48,17 @@ Task command router RPCs served:
                             ``timeout_secs`` kills the process group
     TaskExecStdioRead       streams stdout / stderr from ``offset`` until the stream closes;
                             a stream read to its end is then freed (reading before that
-                            offset again is OUT_OF_RANGE), so the fake's memory, in the
-                            tests' own process, stays bounded
+                            offset again is OUT_OF_RANGE), so the fake's memory stays
+                            bounded. The SDK never asks for output it has had: it tracks
+                            its offset "so transient reconnects request the correct next
+                            byte" (``_stream_stdio_with_retries``,
+                            ``modal/sandbox/_task_command_router_client.py:1006`` in modal
+                            1.6.4); and the service does not keep all output either: the
+                            SDK warns, of a sandbox's own stdio, that "only the most recent
+                            portion of output is retained" (``modal/io_streams.py:303``).
+                            What the client has not read yet is kept ("all streams are
+                            buffered in memory, waiting to be consumed by the client",
+                            https://modal.com/docs/guide/sandbox-spawn, Stream types)
     TaskExecStdinWrite / TaskExecStdinWriteStream / TaskExecStdinStatus
     TaskExecPoll / TaskExecWait  exit code, or the signal for a killed process. An exec
                             past ``timeout_secs`` is killed here, on the worker side (SIGKILL to
