@@ -9,7 +9,10 @@ Routes served (``{base}`` is ``http://127.0.0.1:<port>``):
 
 Control plane, under ``{base}/api`` (pass it as ``DaytonaConfig(api_url=...)``):
   - ``POST   /sandbox``                          create (body ``CreateSandbox``), answers ``Sandbox``
-                                                 already in state ``started``
+                                                 in state ``creating``, ``started`` from the next
+                                                 request on (``create_seconds`` later): the SDK's
+                                                 ``create`` waits for ``started`` when the answer
+                                                 is not (``Daytona.create``, daytona/_sync/daytona.py)
   - ``GET    /sandbox``                          list: ``labels`` (JSON object, all must match),
                                                  ``cursor``, ``limit`` -> ``{"items", "nextCursor"}``
   - ``GET    /sandbox/{idOrName}``               get (a deleted one by id: state ``destroyed``),
@@ -95,6 +98,10 @@ DEFAULT_EXEC_TIMEOUT_S = 360
 #: ``terminationGracePeriod``, "default to 5 seconds" when its server passes none
 #: (``NewExecuteController``, apps/daemon/pkg/toolbox/process/execute/controller.go).
 TERMINATION_GRACE_S = 5.0
+#: Seconds each request waits by default (``FakeDaytonaServer.latency``): a service is never instant.
+DEFAULT_LATENCY_S = 0.002
+#: Seconds a new sandbox stays out of ``list`` by default (``FakeDaytonaServer.listing_lag``).
+DEFAULT_LISTING_LAG_S = 0.2
 #: The environment a sandbox's commands start with: a fresh machine's, not the test runner's.
 SANDBOX_BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -157,8 +164,13 @@ class FakeDaytonaServer:
         self.minute_seconds = 60.0
         #: Seconds a state change (start, resume) takes.
         self.transition_seconds = 0.0
-        #: Seconds before a new sandbox shows in ``list``.
-        self.listing_lag = 0.0
+        #: Seconds a new sandbox stays ``creating`` before it is ``started``: the create
+        #: answers before the sandbox runs, and the SDK waits for ``started`` by polling.
+        self.create_seconds = 0.0
+        #: Seconds every request waits before it is handled: a network's, kept small.
+        self.latency = DEFAULT_LATENCY_S
+        #: Seconds before a new sandbox shows in ``list`` (eventually consistent); 0 for calm.
+        self.listing_lag = DEFAULT_LISTING_LAG_S
         #: As the proxy in front of VM runners: a toolbox request to a stopped sandbox starts it
         #: and is answered 503 with a "Sandbox is starting" page, not forwarded.
         self.wake_on_request = False
@@ -288,6 +300,8 @@ class FakeDaytonaServer:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.latency:
+            await asyncio.sleep(self.latency)
         self._advance()
         with self._lock:
             self.requests.append((request.method, request.path))
@@ -361,6 +375,8 @@ class FakeDaytonaServer:
             auto_archive_interval=body.get("autoArchiveInterval"),
             auto_delete_interval=body.get("autoDeleteInterval"),
             ttl_minutes=body.get("ttlMinutes"),
+            state="creating",
+            pending=("started", time.monotonic() + self.create_seconds),
         )
         with self._lock:
             self.sandboxes[sandbox_id] = sandbox

@@ -151,6 +151,10 @@ DEFAULT_TIMEOUT_SECONDS = 15
 #: E2B Pro's maximum sandbox uptime (the SDK's ``Sandbox.create`` docstring).
 MAX_LIFETIME_SECONDS = 86_400
 DEFAULT_PAGE_LIMIT = 100
+#: Seconds each request waits by default (``FakeE2BServer.latency``): a service is never instant.
+DEFAULT_LATENCY_SECONDS = 0.002
+#: Seconds a new sandbox stays out of the listing by default (``FakeE2BServer.listing_lag``).
+DEFAULT_LISTING_LAG_SECONDS = 0.2
 CHUNK_SIZE = 32 * 1024
 #: Output events envd holds for a command's stream before its readers wait (``outputBufferSize``).
 OUTPUT_EVENTS = 64
@@ -180,6 +184,8 @@ class FakeSandbox:
     started_at: dt.datetime
     end_at: dt.datetime
     access_token: str
+    #: ``time.monotonic()`` from which ``GET /v2/sandboxes`` shows it.
+    listed_from: float = 0.0
     processes: dict[int, asyncio.subprocess.Process] = field(default_factory=dict)
 
     def resolve(self, path: str) -> Path:
@@ -227,6 +233,11 @@ class FakeE2BServer:
         self.max_lifetime = max_lifetime
         self.commands_lead_group = False
         self.end_form: EndForm = "live"
+        #: Seconds every request waits before it is handled: a network's, kept small.
+        self.latency = DEFAULT_LATENCY_SECONDS
+        #: Seconds after its creation a sandbox first shows in ``GET /v2/sandboxes``
+        #: (eventually consistent); 0 for a test that needs the listing calm.
+        self.listing_lag = DEFAULT_LISTING_LAG_SECONDS
         self.sandboxes: dict[str, FakeSandbox] = {}
         self.requests: list[tuple[str, str]] = []
         self._injected: list[InjectedError] = []
@@ -357,6 +368,8 @@ class FakeE2BServer:
         ) -> None:
             if scope["type"] != "http":
                 return
+            if self.latency:
+                await asyncio.sleep(self.latency)
             path: str = scope["path"]
             self.requests.append((scope["method"], path))
             if path.startswith((PROCESS_ROUTE, FILESYSTEM_ROUTE)):
@@ -440,6 +453,7 @@ class FakeE2BServer:
             started_at=now,
             end_at=now,
             access_token=secrets.token_hex(16),
+            listed_from=time.monotonic() + self.listing_lag,
         )
         self._set_end(sandbox, now + dt.timedelta(seconds=timeout))
         self.sandboxes[sandbox_id] = sandbox
@@ -477,7 +491,9 @@ class FakeE2BServer:
             (
                 s
                 for s in self.sandboxes.values()
-                if "running" in states and all(s.metadata.get(k) == v for k, v in wanted.items())
+                if "running" in states
+                and s.listed_from <= time.monotonic()
+                and all(s.metadata.get(k) == v for k, v in wanted.items())
             ),
             key=lambda s: (s.started_at, s.sandbox_id),
             reverse=request.query_params.get("order") == "desc",

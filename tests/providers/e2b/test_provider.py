@@ -74,6 +74,7 @@ def e2b_timeout(fake: FakeE2BServer, sandbox: E2BSandbox) -> float:
     return (fake.sandbox(sandbox.id).end_at - dt.datetime.now(dt.UTC)).total_seconds()
 
 
+@pytest.mark.usefixtures("calm_listing")
 def test_create_passes_labels_and_idle_timeout(fake_e2b: FakeE2BServer, provider: E2BProvider) -> None:
     """E2B's timeout is the idle timeout plus one keep-alive interval (a tenth of it)."""
     labels = unique_labels(team="core")
@@ -434,6 +435,7 @@ async def test_async_lifecycle(fake_e2b: FakeE2BServer) -> None:
     assert (await provider.alist(labels=labels)).items == []
 
 
+@pytest.mark.usefixtures("calm_listing")
 async def test_async_pagination_and_errors(fake_e2b: FakeE2BServer) -> None:
     provider = make_provider(fake_e2b)
     labels = unique_labels()

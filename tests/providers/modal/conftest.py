@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("modal", reason="the modal extra is not installed: pip install -e '.[modal]'")
 
 from sandbox_sdk.providers.modal import ModalProvider, ModalSandbox
-from tests.providers.modal.fake_server import FakeModalServer
+from tests.providers.modal.fake_server import DEFAULT_LISTING_LAG_SECONDS, FakeModalServer
 
 
 @pytest.fixture(scope="session")
@@ -113,3 +113,12 @@ def provider(modal_server: FakeModalServer) -> Iterator[ModalProvider]:
 @pytest.fixture
 def sandbox(provider: ModalProvider) -> ModalSandbox:
     return provider.create(labels={"role": "test"})
+
+
+@pytest.fixture
+def calm_listing(modal_server: FakeModalServer) -> Iterator[FakeModalServer]:
+    """The fake listing a sandbox as soon as it is created, for a test that checks
+    what a listing shows right after making it (the default lags: see the fake)."""
+    modal_server.listing_lag = 0.0
+    yield modal_server
+    modal_server.listing_lag = DEFAULT_LISTING_LAG_SECONDS

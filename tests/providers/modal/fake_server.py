@@ -124,6 +124,10 @@ FS_TOOLS_PATH = "/__modal/.bin/modal-sandbox-fs-tools"
 _FS_TOOLS_SCRIPT = Path(__file__).with_name("modal_fs_tools.py")
 _ID_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _STDIO_CHUNK = 64 * 1024
+#: Seconds each RPC waits by default (``FakeModalServer.latency``): a service is never instant.
+DEFAULT_LATENCY_SECONDS = 0.002
+#: Seconds a new sandbox stays out of ``SandboxListV2`` by default (``FakeModalServer.listing_lag``).
+DEFAULT_LISTING_LAG_SECONDS = 0.2
 
 _T = TypeVar("_T")
 
@@ -236,6 +240,8 @@ class _Sandbox:
     workdir: str
     created_at: float
     tags: dict[str, str]
+    #: ``time.monotonic()`` from which ``SandboxListV2`` shows it.
+    listed_from: float = 0.0
     result: api_pb2.GenericResult | None = None
     execs: dict[str, _Exec] = field(default_factory=dict)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
@@ -267,6 +273,9 @@ class _State:
         self.page_size = 3
         self.exec_start_delay = 0.0
         self.unprivileged_execs = False
+        self.listing_lag = DEFAULT_LISTING_LAG_SECONDS
+        #: Seconds every RPC waits before it is handled: a network's, kept small.
+        self.latency = DEFAULT_LATENCY_SECONDS
         self.stdio_read_delay = 0.0
         self.list_delay = 0.0
         self.apps: dict[str, str] = {}
@@ -435,6 +444,7 @@ class _ControlPlane(_unimplemented_rpcs(ModalClientBase), ModalClientBase):  # t
             workdir=definition.workdir or str(directory),
             created_at=state.timestamp(),
             tags=_tags(request.tags),
+            listed_from=time.monotonic() + state.listing_lag,
             definition=definition,
         )
         if definition.timeout_secs:
@@ -525,6 +535,7 @@ class _ControlPlane(_unimplemented_rpcs(ModalClientBase), ModalClientBase):  # t
             and (not request.app_id or sandbox.app_id == request.app_id)
             and (not request.before_timestamp or sandbox.created_at < request.before_timestamp)
             and wanted.items() <= sandbox.tags.items()
+            and sandbox.listed_from <= time.monotonic()
         ]
         matches.sort(key=lambda sandbox: sandbox.created_at, reverse=True)
         await asyncio.sleep(self.state.list_delay)
@@ -775,6 +786,26 @@ class FakeModalServer:
         self.state.list_delay = value
 
     @property
+    def listing_lag(self) -> float:
+        """Seconds after its creation a sandbox first shows in ``SandboxListV2``: a listing
+        is served from a store a create reaches later, so it is eventually consistent.
+        Small by default; 0 for a test that needs the listing calm."""
+        return self.state.listing_lag
+
+    @listing_lag.setter
+    def listing_lag(self, value: float) -> None:
+        self.state.listing_lag = value
+
+    @property
+    def latency(self) -> float:
+        """Seconds every RPC waits before it is handled."""
+        return self.state.latency
+
+    @latency.setter
+    def latency(self, value: float) -> None:
+        self.state.latency = value
+
+    @property
     def unprivileged_execs(self) -> bool:
         """Whether execs (commands, and the file API's ``modal-sandbox-fs-tools``) run as a
         user whom mode bits bind: a sandbox whose image sets a ``USER`` other than root.
@@ -835,6 +866,8 @@ class FakeModalServer:
         """Count the request, and answer it with a planned failure if there is one."""
         rpc = event.method_name.rsplit("/", 1)[-1]
         self.state.calls[rpc] += 1
+        if self.state.latency:
+            await asyncio.sleep(self.state.latency)
         planned = self.state.failures.pop(rpc, None)
         if planned is None:
             return

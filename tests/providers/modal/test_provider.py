@@ -83,6 +83,7 @@ def test_delete_is_idempotent(provider: ModalProvider, sandbox: ModalSandbox) ->
     assert sandbox.id not in [info.id for info in provider.iter_sandboxes()]
 
 
+@pytest.mark.usefixtures("calm_listing")
 def test_get_or_create_by_labels_reuses_exact_match(provider: ModalProvider) -> None:
     first = provider.get_or_create(labels={"thread": "7"})
     wider = provider.create(labels={"thread": "7", "extra": "1"})
@@ -110,6 +111,7 @@ def test_get_or_create_names_the_sandbox_after_its_labels(
 
 
 @pytest.mark.parametrize("api", ["sync", "async"])
+@pytest.mark.usefixtures("calm_listing")
 def test_concurrent_get_or_create_by_labels_make_one_sandbox(
     provider: ModalProvider, modal_server: FakeModalServer, api: str
 ) -> None:
@@ -154,6 +156,7 @@ def test_get_or_create_of_an_expired_sandbox_says_so(
     assert "was terminated" in caplog.text and third.id not in (first.id, second.id)
 
 
+@pytest.mark.usefixtures("calm_listing")
 def test_iterating_walks_the_public_listing_once(
     provider: ModalProvider, modal_server: FakeModalServer
 ) -> None:
@@ -173,6 +176,7 @@ def test_iterating_walks_the_public_listing_once(
     assert (cost["SandboxListV2"], cost["SandboxTagsGetV2"], sum(cost.values())) == (6, 10, 16)
 
 
+@pytest.mark.usefixtures("calm_listing")
 def test_list_filters_by_labels_and_pages_with_cursor(
     provider: ModalProvider, modal_server: FakeModalServer
 ) -> None:
@@ -295,6 +299,7 @@ def test_sandbox_lifetime_ends_it(provider: ModalProvider, modal_server: FakeMod
     assert sandbox.id not in [info.id for info in provider.iter_sandboxes()]
 
 
+@pytest.mark.usefixtures("calm_listing")
 async def test_async_lifecycle(provider: ModalProvider) -> None:
     sandbox = await provider.acreate(labels={"async": "yes"})
     assert (await sandbox.aexecute("echo hi")).output == "hi\n"
