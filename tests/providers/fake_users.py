@@ -1,14 +1,26 @@
-"""What the fake cloud services run commands as: never with root's bypass of file permissions.
+"""Running a fake cloud service's commands without root's bypass of file permissions.
 
 The services run a sandbox's commands as an ordinary user (E2B's ``user``,
 Daytona's ``daytona``), for whom a file's mode bits hold, while the tests
-run as whoever runs them: root in CI. So when this process is root, a fake
-runs each command under ``setpriv`` with ``CAP_DAC_OVERRIDE`` and
-``CAP_DAC_READ_SEARCH`` dropped from its bounding set (as
-tests/test_grep_paths.py does): it and everything it starts keep root's
-uid, so they may still write what root owns, but a mode that refuses its
-owner refuses them, and ``permission_denied`` is really tested. ``setpriv``
-execs the command, so its pid is the one the fake reports.
+run as whoever runs them: root in CI. A fake told to (its
+``unprivileged_commands``, Modal's ``unprivileged_execs``) runs each command
+under ``setpriv`` with ``CAP_DAC_OVERRIDE`` and ``CAP_DAC_READ_SEARCH``
+dropped from its bounding set (as tests/test_grep_paths.py does) when this
+process is root: it and everything it starts keep root's uid, so they may
+still write what root owns, but a mode that refuses its owner refuses them,
+and ``permission_denied`` is really tested. ``setpriv`` execs the command,
+so its pid is the one the fake reports. A fake whose service does file
+operations as that user too (Daytona's daemon) checks them with
+:func:`check_as_owner` first.
+
+Not by default: the operation server (remote/server.py) is one per user of
+the machine, shared by every sandbox whose commands run as that user, and it
+declines a command with fewer capabilities than its own (and a server
+started by such a command declines the others' with more). Commands without
+the bypass in one test would have every other test's sandboxes, on any
+provider run alongside, declined by the server they started, or decline
+theirs. So a test turns it on for a sandbox of its own whose
+``operation_server`` is off.
 """
 
 from __future__ import annotations

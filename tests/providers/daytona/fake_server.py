@@ -54,8 +54,9 @@ matching requests fail with a chosen status, to exercise error mapping; `stall_n
 wait unanswered (the command never runs), as a request lost to a connect or gateway timeout.
 
 Users: the daemon runs commands and file operations as the sandbox's user (``daytona``
-unless the create names another), for whom mode bits hold: commands run without root's
-bypass and the file routes check the owner's bits first (tests/providers/fake_users.py).
+unless the create names another), for whom mode bits hold: with ``unprivileged``, commands
+run without root's bypass and the file routes check the owner's bits first
+(tests/providers/fake_users.py, which says why not by default).
 
 Command execution has two modes, because daemons differ: ``"stdin-shell"`` (recent daemons: the
 command text is fed to a shell on stdin) and ``"argv-split"`` (older daemons: the command is split
@@ -169,6 +170,8 @@ class FakeDaytonaServer:
         self.create_seconds = 0.0
         #: Seconds every request waits before it is handled: a network's, kept small.
         self.latency = DEFAULT_LATENCY_S
+        #: Commands and file routes as the sandbox's user: without root's bypass of mode bits.
+        self.unprivileged = False
         #: Seconds before a new sandbox shows in ``list`` (eventually consistent); 0 for calm.
         self.listing_lag = DEFAULT_LISTING_LAG_S
         #: As the proxy in front of VM runners: a toolbox request to a stopped sandbox starts it
@@ -493,7 +496,7 @@ class FakeDaytonaServer:
             argv, stdin = split_command_like_old_daemon(command), b""
         try:
             proc = await asyncio.create_subprocess_exec(
-                *without_root_bypass(argv),
+                *(without_root_bypass(argv) if self.unprivileged else argv),
                 cwd=cwd,
                 env=env,
                 stdin=asyncio.subprocess.PIPE,
@@ -540,7 +543,8 @@ class FakeDaytonaServer:
                 continue
             target = _resolve(sandbox, destination)
             try:
-                check_as_owner(target, write=True)
+                if self.unprivileged:
+                    check_as_owner(target, write=True)
             except PermissionError as exc:
                 errors.append(f"{destination}: create: open {target}: {_go_message(exc)}")
                 continue
@@ -578,7 +582,7 @@ class FakeDaytonaServer:
         )
         await response.prepare(request)
         for path in paths:
-            error = _download_error(sandbox, path)
+            error = _download_error(sandbox, path, unprivileged=self.unprivileged)
             if error is not None:
                 status, code, message = error
                 payload = {
@@ -617,12 +621,13 @@ def _go_message(exc: OSError) -> str:
     return (exc.strerror or str(exc)).lower()
 
 
-def _download_error(sandbox: FakeSandbox, path: str) -> tuple[int, str, str] | None:
+def _download_error(sandbox: FakeSandbox, path: str, *, unprivileged: bool) -> tuple[int, str, str] | None:
     if path == "":
         return 400, "INVALID_FILE_PATH", "invalid file path: path is empty"
     target = _resolve(sandbox, path)
     try:
-        check_as_owner(target, write=False)
+        if unprivileged:
+            check_as_owner(target, write=False)
         with open(target, "rb"):
             pass
     except FileNotFoundError:

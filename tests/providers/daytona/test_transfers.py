@@ -205,13 +205,23 @@ def test_hostile_names_round_trip_through_the_native_api(
     assert sorted(e.name for e in sandbox.ls("hostile")) == sorted(names)
 
 
+@pytest.fixture
+def unprivileged(daytona_server: FakeDaytonaServer) -> Iterator[FakeDaytonaServer]:
+    """The fake's daemon working as the sandbox's user would, without root's bypass."""
+    daytona_server.unprivileged = True
+    yield daytona_server
+    daytona_server.unprivileged = False
+
+
 def test_mode_bits_hold_for_the_sandbox_user(
-    sandbox: DaytonaSandbox, daytona_server: FakeDaytonaServer
+    sandbox: DaytonaSandbox, unprivileged: FakeDaytonaServer
 ) -> None:
     """The daemon does everything as the sandbox's user, so commands and the
     file API alike are refused what the mode bits refuse, even when the tests
-    run as root (the fake drops root's bypass)."""
-    root = daytona_server.root / sandbox.id
+    run as root (the fake drops root's bypass). The sandbox starts no operation
+    server (tests/providers/fake_users.py says why)."""
+    sandbox.operation_server = False
+    root = unprivileged.root / sandbox.id
     (root / "secret").write_bytes(b"x")
     (root / "secret").chmod(0)
     (root / "locked").mkdir(mode=0o500)

@@ -98,8 +98,10 @@ tests keep to the sandbox's home. Users as on E2B: envd runs as root
 (``User=root``, packages/orchestrator/pkg/template/build/core/rootfs/files/envd.service.tpl),
 so its file API (``/files``, ``filesystem.Filesystem``) reads and writes
 through any mode bits, and here too; commands run as the template's user,
-``user`` by default (``SysProcAttr.Credential`` in ``handler.New``), for whom
-mode bits hold: here without root's bypass (tests/providers/fake_users.py).
+``user`` by default (``SysProcAttr.Credential`` in ``handler.New``;
+https://e2b.dev/docs/template/user-and-workdir), for whom mode bits hold: here,
+with ``unprivileged_commands``, without root's bypass (tests/providers/fake_users.py
+says why not by default).
 """
 
 from __future__ import annotations
@@ -233,6 +235,8 @@ class FakeE2BServer:
         self.max_lifetime = max_lifetime
         self.commands_lead_group = False
         self.end_form: EndForm = "live"
+        #: Commands run as E2B's ``user`` would: without root's bypass of mode bits.
+        self.unprivileged_commands = False
         #: Seconds every request waits before it is handled: a network's, kept small.
         self.latency = DEFAULT_LATENCY_SECONDS
         #: Seconds after its creation a sandbox first shows in ``GET /v2/sandboxes``
@@ -249,6 +253,11 @@ class FakeE2BServer:
         self.app = self._build_app()
 
     # -- test controls -------------------------------------------------
+
+    def argv(self, argv: list[str]) -> list[str]:
+        """How a command's argv is run: as it is, or with ``unprivileged_commands``
+        without root's bypass of mode bits (tests/providers/fake_users.py)."""
+        return without_root_bypass(argv) if self.unprivileged_commands else argv
 
     def fail_next(
         self, status: int, message: str = "injected failure", *, count: int = 1, retry: bool = False
@@ -741,7 +750,7 @@ class _ProcessService(process_connect.Process):
             raise ConnectError(Code.INVALID_ARGUMENT, str(exc)) from exc
         try:
             process = await asyncio.create_subprocess_exec(
-                *without_root_bypass([config.cmd, *config.args]),
+                *self._fake.argv([config.cmd, *config.args]),
                 cwd=cwd,
                 env=env,
                 stdin=asyncio.subprocess.PIPE if request.stdin else asyncio.subprocess.DEVNULL,

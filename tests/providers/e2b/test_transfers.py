@@ -131,14 +131,24 @@ def test_download_errors_are_per_file(fake_e2b: FakeE2BServer, e2b_sandbox: E2BS
     ]
 
 
+@pytest.fixture
+def unprivileged(fake_e2b: FakeE2BServer) -> Iterator[FakeE2BServer]:
+    """The fake running commands as E2B's ``user`` would, without root's bypass."""
+    fake_e2b.unprivileged_commands = True
+    yield fake_e2b
+    fake_e2b.unprivileged_commands = False
+
+
 def test_mode_bits_hold_for_commands_and_not_for_envds_own_file_api(
-    fake_e2b: FakeE2BServer, e2b_sandbox: E2BSandbox
+    unprivileged: FakeE2BServer, e2b_sandbox: E2BSandbox
 ) -> None:
     """Commands run as ``user``, so file operations through them are refused
     what the mode bits refuse, even when the tests run as root (the fake drops
     root's bypass); envd itself runs as root, so the native transfers read and
-    write through the bits (the fake's file API is whoever runs the tests)."""
-    home = home_of(fake_e2b, e2b_sandbox)
+    write through the bits (the fake's file API is whoever runs the tests).
+    The sandbox starts no operation server (tests/providers/fake_users.py says why)."""
+    e2b_sandbox.operation_server = False
+    home = home_of(unprivileged, e2b_sandbox)
     (home / "secret").write_bytes(b"x")
     (home / "secret").chmod(0)
     (home / "locked").mkdir(mode=0o500)

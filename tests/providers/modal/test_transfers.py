@@ -156,7 +156,9 @@ def test_mode_bits_hold_for_an_image_user_other_than_root(
     unprivileged: FakeModalServer, sandbox: ModalSandbox
 ) -> None:
     """Commands and the file API are both execs on Modal, so both are refused
-    what the mode bits refuse the image's user, even when the tests run as root."""
+    what the mode bits refuse the image's user, even when the tests run as root.
+    The sandbox starts no operation server (tests/providers/fake_users.py says why)."""
+    sandbox.operation_server = False
     root = _root(unprivileged, sandbox)
     (root / "secret").write_bytes(b"x")
     (root / "secret").chmod(0)
