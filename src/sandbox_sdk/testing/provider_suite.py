@@ -16,10 +16,14 @@ sandboxes left by other users of the same account are never touched.
 from __future__ import annotations
 
 import secrets
+import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from sandbox_sdk import errors
@@ -27,6 +31,12 @@ from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.snapshots import DirectorySnapshotStore
 
+#: Clients racing ``get_or_create`` on one label set in the race test.
+RACERS = 4
+#: Seconds a listing may take to show what was just created, on a service whose
+#: listing is eventually consistent, and how often the tests look meanwhile.
+LISTING_WAIT = 30.0
+LISTING_POLL = 0.05
 #: An id no provider hands out, but shaped like the usual ones.
 UNKNOWN_IDS = ("no-such-sandbox", "local-000000000000000000000000", "bwrap-ffffffffffffffffffffffff")
 
@@ -46,6 +56,28 @@ class ProviderConformanceTests:
         yield ids
         for sandbox_id in ids:
             provider.delete(sandbox_id=sandbox_id)
+
+    @pytest.fixture
+    def racing_providers(self, provider: SandboxProvider[Any]) -> list[SandboxProvider[Any]]:
+        """The clients of the race test, one a thread: ``provider`` itself unless a
+        provider's tests override this with independent clients (their own
+        connections, as separate programs would have)."""
+        return [provider] * RACERS
+
+    @staticmethod
+    def settled_listing(
+        provider: SandboxProvider[Any], labels: dict[str, str], expected: list[str]
+    ) -> list[str]:
+        """The ids ``provider`` lists for ``labels``, once they are ``expected``'s (in
+        any order) or :data:`LISTING_WAIT` seconds have passed: a listing may be
+        eventually consistent, and the tests that page through one wait for it to
+        show what they made before they check how it pages."""
+        deadline = time.monotonic() + LISTING_WAIT
+        while True:
+            listed = [info.id for info in provider.iter_sandboxes(labels=labels)]
+            if sorted(listed) == sorted(expected) or time.monotonic() > deadline:
+                return listed
+            time.sleep(LISTING_POLL)
 
     def _new(self, provider: SandboxProvider[Any], made: list[str], **kwargs: Any) -> BaseSandbox:
         sandbox: BaseSandbox = provider.get_or_create(**kwargs)
@@ -118,6 +150,38 @@ class ProviderConformanceTests:
         assert superset.id not in (first.id, other.id)
         assert provider.get_or_create(labels=thread_a).id == first.id
 
+    def test_get_or_create_race_on_one_label_set_makes_one_sandbox(
+        self,
+        provider: SandboxProvider[Any],
+        racing_providers: list[SandboxProvider[Any]],
+        made: list[str],
+        run_labels: dict[str, str],
+    ) -> None:
+        """Clients calling ``get_or_create`` with the same labels at once all get
+        one sandbox, the only one carrying them once the race is over: none of
+        them finds one, so each may create, and the provider must make them agree."""
+        start = threading.Barrier(len(racing_providers))
+
+        def race(client: SandboxProvider[Any]) -> str:
+            start.wait()
+            sandbox: BaseSandbox = client.get_or_create(labels=run_labels)
+            return sandbox.id
+
+        with ThreadPoolExecutor(len(racing_providers)) as pool:
+            futures = [pool.submit(race, client) for client in racing_providers]
+        outcomes = [future.exception() or future.result() for future in futures]
+        made += [outcome for outcome in outcomes if isinstance(outcome, str)]
+        ids = set(outcomes)
+        assert all(isinstance(outcome, str) for outcome in outcomes), outcomes
+        assert len(ids) == 1, outcomes
+        (winner,) = ids
+        assert isinstance(winner, str)
+        listed = self.settled_listing(provider, run_labels, [winner])
+        made += [sandbox_id for sandbox_id in listed if sandbox_id != winner]  # a duplicate left behind
+        assert listed == [winner]
+        assert provider.get_or_create(labels=run_labels).id == winner
+        assert provider.get(winner).execute("echo shared").output == "shared\n"
+
     def test_labels_after_delete_make_a_new_sandbox(
         self, provider: SandboxProvider[Any], made: list[str], run_labels: dict[str, str]
     ) -> None:
@@ -131,6 +195,7 @@ class ProviderConformanceTests:
     ) -> None:
         tagged = [self._new(provider, made, labels={**run_labels, "n": str(n)}).id for n in range(5)]
         self._new(provider, made, labels={"conformance-run": "someone-else"})
+        assert sorted(self.settled_listing(provider, run_labels, tagged)) == sorted(tagged)
         seen: list[str] = []
         cursor: str | None = None
         pages = 0
@@ -155,8 +220,8 @@ class ProviderConformanceTests:
     def test_list_order_is_stable(
         self, provider: SandboxProvider[Any], made: list[str], run_labels: dict[str, str]
     ) -> None:
-        for _ in range(3):
-            self._new(provider, made, labels=run_labels)
+        ids = [self._new(provider, made, labels={**run_labels, "n": str(n)}).id for n in range(3)]
+        assert sorted(self.settled_listing(provider, run_labels, ids)) == sorted(ids)
         first = [info.id for info in provider.iter_sandboxes(labels=run_labels)]
         second = [info.id for info in provider.iter_sandboxes(labels=run_labels, page_size=1)]
         assert first == second
@@ -169,6 +234,7 @@ class ProviderConformanceTests:
         assert (await provider.aget_or_create(labels=run_labels)).id == sandbox.id
         assert (await provider.aget(sandbox.id)).id == sandbox.id
         assert (await provider.aget_or_create(sandbox_id=sandbox.id)).id == sandbox.id
+        await anyio.to_thread.run_sync(self.settled_listing, provider, run_labels, [sandbox.id])
         page = await provider.alist(labels=run_labels)
         assert [info.id for info in page.items] == [sandbox.id]
         assert [info.id async for info in provider.aiter_sandboxes(labels=run_labels)] == [sandbox.id]

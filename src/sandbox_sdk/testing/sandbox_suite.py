@@ -32,6 +32,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import anyio
 import pytest
@@ -136,6 +137,12 @@ HOSTILE_CONTENTS: list[bytes] = [
 
 class SandboxConformanceTests(SandboxSuite):
     """Checks ``execute`` semantics and every ``BaseSandbox`` operation."""
+
+    #: Bytes of a stream's output the provider's client library may hold
+    #: unread in this process (its transport's flow-control window, say):
+    #: the bounded-memory stream test allows for them, and streams enough
+    #: past them to still tell a bound from a leak.
+    stream_read_ahead: ClassVar[int] = 0
 
     # -- execute -------------------------------------------------------------------------
 
@@ -1110,11 +1117,13 @@ class SandboxConformanceTests(SandboxSuite):
     @pytest.mark.slow
     def test_stream_of_100_mib_keeps_client_memory_bounded(self, sandbox: BaseSandbox) -> None:
         """The client holds about one poll's output, whatever the stream's size:
-        the peak for 100 MiB is about the peak for 16 MiB (tracemalloc counts
-        the process, an in-process fake server included)."""
-        small = self._stream_peak(sandbox, 16 * 1024 * 1024)
-        large = self._stream_peak(sandbox, 100 * 1024 * 1024)
-        assert large < 1.5 * small + 4 * 1024 * 1024, (small, large)
+        the peak for 100 MiB is about the peak for 16 MiB, give or take what
+        the client library reads ahead (:attr:`stream_read_ahead`; tracemalloc
+        counts the process, an in-process fake server included)."""
+        mib = 1024 * 1024
+        small = self._stream_peak(sandbox, 16 * mib)
+        large = self._stream_peak(sandbox, max(100 * mib, 16 * mib + 2 * self.stream_read_ahead))
+        assert large < 1.5 * small + 4 * mib + self.stream_read_ahead, (small, large)
 
     @staticmethod
     def _stream_peak(sandbox: BaseSandbox, size: int) -> int:

@@ -11,7 +11,7 @@ pytest.importorskip(
 )
 
 from sandbox_sdk.providers.daytona import DaytonaProvider
-from tests.providers.daytona.fake_server import FakeDaytonaServer, running_fake_daytona
+from tests.providers.daytona.fake_server import DEFAULT_LISTING_LAG_S, FakeDaytonaServer, running_fake_daytona
 
 
 def make_provider(server: FakeDaytonaServer) -> DaytonaProvider:
@@ -44,3 +44,12 @@ async def aprovider(daytona_server: FakeDaytonaServer) -> AsyncIterator[DaytonaP
     provider = make_provider(daytona_server)
     yield provider
     await provider.aclose()
+
+
+@pytest.fixture
+def calm_listing(daytona_server: FakeDaytonaServer) -> Iterator[FakeDaytonaServer]:
+    """The fake listing a sandbox as soon as it is created, for a test that checks
+    what a listing shows right after making it (the default lags: see the fake)."""
+    daytona_server.listing_lag = 0.0
+    yield daytona_server
+    daytona_server.listing_lag = DEFAULT_LISTING_LAG_S

@@ -9,7 +9,10 @@ Routes served (``{base}`` is ``http://127.0.0.1:<port>``):
 
 Control plane, under ``{base}/api`` (pass it as ``DaytonaConfig(api_url=...)``):
   - ``POST   /sandbox``                          create (body ``CreateSandbox``), answers ``Sandbox``
-                                                 already in state ``started``
+                                                 in state ``creating``, ``started`` from the next
+                                                 request on (``create_seconds`` later): the SDK's
+                                                 ``create`` waits for ``started`` when the answer
+                                                 is not (``Daytona.create``, daytona/_sync/daytona.py)
   - ``GET    /sandbox``                          list: ``labels`` (JSON object, all must match),
                                                  ``cursor``, ``limit`` -> ``{"items", "nextCursor"}``
   - ``GET    /sandbox/{idOrName}``               get (a deleted one by id: state ``destroyed``),
@@ -50,6 +53,11 @@ back to polling, which the routes above satisfy. Every request must carry
 matching requests fail with a chosen status, to exercise error mapping; `stall_next` makes them
 wait unanswered (the command never runs), as a request lost to a connect or gateway timeout.
 
+Users: the daemon runs commands and file operations as the sandbox's user (``daytona``
+unless the create names another), for whom mode bits hold: with ``unprivileged``, commands
+run without root's bypass and the file routes check the owner's bits first
+(tests/providers/fake_users.py, which says why not by default).
+
 Command execution has two modes, because daemons differ: ``"stdin-shell"`` (recent daemons: the
 command text is fed to a shell on stdin) and ``"argv-split"`` (older daemons: the command is split
 on spaces, honouring quotes but not escapes, and executed without a shell).
@@ -77,13 +85,24 @@ from typing import Any, Literal
 
 from aiohttp import BodyPartReader, web
 
+from tests.providers.fake_users import check_as_owner, without_root_bypass
+
 ExecMode = Literal["stdin-shell", "argv-split"]
 
 API_PREFIX = "/api"
 TOOLBOX_PREFIX = "/toolbox"
 DOWNLOAD_BOUNDARY = "DAYTONA-FILE-BOUNDARY"  # fixed, as in the daemon
-DEFAULT_EXEC_TIMEOUT_S = 360  # the daemon's default when timeout is absent or 0
-TERMINATION_GRACE_S = 1.0
+#: The daemon's command timeout when the request has none or 0: ``timeout := 360 * time.Second``
+#: (``ExecuteCommand``, apps/daemon/pkg/toolbox/process/execute/execute.go, daytonaio/daytona).
+DEFAULT_EXEC_TIMEOUT_S = 360
+#: Seconds between the SIGTERM and the SIGKILL of a timed-out command's group: the daemon's
+#: ``terminationGracePeriod``, "default to 5 seconds" when its server passes none
+#: (``NewExecuteController``, apps/daemon/pkg/toolbox/process/execute/controller.go).
+TERMINATION_GRACE_S = 5.0
+#: Seconds each request waits by default (``FakeDaytonaServer.latency``): a service is never instant.
+DEFAULT_LATENCY_S = 0.002
+#: Seconds a new sandbox stays out of ``list`` by default (``FakeDaytonaServer.listing_lag``).
+DEFAULT_LISTING_LAG_S = 0.2
 #: The environment a sandbox's commands start with: a fresh machine's, not the test runner's.
 SANDBOX_BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -146,8 +165,15 @@ class FakeDaytonaServer:
         self.minute_seconds = 60.0
         #: Seconds a state change (start, resume) takes.
         self.transition_seconds = 0.0
-        #: Seconds before a new sandbox shows in ``list``.
-        self.listing_lag = 0.0
+        #: Seconds a new sandbox stays ``creating`` before it is ``started``: the create
+        #: answers before the sandbox runs, and the SDK waits for ``started`` by polling.
+        self.create_seconds = 0.0
+        #: Seconds every request waits before it is handled: a network's, kept small.
+        self.latency = DEFAULT_LATENCY_S
+        #: Commands and file routes as the sandbox's user: without root's bypass of mode bits.
+        self.unprivileged = False
+        #: Seconds before a new sandbox shows in ``list`` (eventually consistent); 0 for calm.
+        self.listing_lag = DEFAULT_LISTING_LAG_S
         #: As the proxy in front of VM runners: a toolbox request to a stopped sandbox starts it
         #: and is answered 503 with a "Sandbox is starting" page, not forwarded.
         self.wake_on_request = False
@@ -277,6 +303,8 @@ class FakeDaytonaServer:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.latency:
+            await asyncio.sleep(self.latency)
         self._advance()
         with self._lock:
             self.requests.append((request.method, request.path))
@@ -350,6 +378,8 @@ class FakeDaytonaServer:
             auto_archive_interval=body.get("autoArchiveInterval"),
             auto_delete_interval=body.get("autoDeleteInterval"),
             ttl_minutes=body.get("ttlMinutes"),
+            state="creating",
+            pending=("started", time.monotonic() + self.create_seconds),
         )
         with self._lock:
             self.sandboxes[sandbox_id] = sandbox
@@ -466,7 +496,7 @@ class FakeDaytonaServer:
             argv, stdin = split_command_like_old_daemon(command), b""
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv,
+                *(without_root_bypass(argv) if self.unprivileged else argv),
                 cwd=cwd,
                 env=env,
                 stdin=asyncio.subprocess.PIPE,
@@ -513,6 +543,12 @@ class FakeDaytonaServer:
                 continue
             target = _resolve(sandbox, destination)
             try:
+                if self.unprivileged:
+                    check_as_owner(target, write=True)
+            except PermissionError as exc:
+                errors.append(f"{destination}: create: open {target}: {_go_message(exc)}")
+                continue
+            try:
                 target.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 errors.append(f"{destination}: mkdir {target.parent}: {_go_message(exc)}")
@@ -546,7 +582,7 @@ class FakeDaytonaServer:
         )
         await response.prepare(request)
         for path in paths:
-            error = _download_error(sandbox, path)
+            error = _download_error(sandbox, path, unprivileged=self.unprivileged)
             if error is not None:
                 status, code, message = error
                 payload = {
@@ -585,11 +621,13 @@ def _go_message(exc: OSError) -> str:
     return (exc.strerror or str(exc)).lower()
 
 
-def _download_error(sandbox: FakeSandbox, path: str) -> tuple[int, str, str] | None:
+def _download_error(sandbox: FakeSandbox, path: str, *, unprivileged: bool) -> tuple[int, str, str] | None:
     if path == "":
         return 400, "INVALID_FILE_PATH", "invalid file path: path is empty"
     target = _resolve(sandbox, path)
     try:
+        if unprivileged:
+            check_as_owner(target, write=False)
         with open(target, "rb"):
             pass
     except FileNotFoundError:

@@ -23,6 +23,7 @@ def _client(server: FakeDaytonaServer) -> Daytona:
     return Daytona(DaytonaConfig(api_key=server.api_key, api_url=server.api_url))
 
 
+@pytest.mark.usefixtures("calm_listing")
 def test_sync_sdk_round_trip(daytona_server: FakeDaytonaServer) -> None:
     client = _client(daytona_server)
     sandbox = client.create(CreateSandboxFromSnapshotParams(labels={"suite": "fake-sync"}))
@@ -68,6 +69,7 @@ def test_exec_honours_cwd_env_and_timeout(daytona_server: FakeDaytonaServer) -> 
         sandbox.process.exec("sleep 30", timeout=1)
 
 
+@pytest.mark.usefixtures("calm_listing")
 def test_list_paginates_with_cursor(daytona_server: FakeDaytonaServer) -> None:
     client = _client(daytona_server)
     created = {client.create(CreateSandboxFromSnapshotParams(labels={"suite": "pages"})).id for _ in range(3)}
@@ -92,6 +94,7 @@ def test_wrong_api_key_is_rejected(daytona_server: FakeDaytonaServer) -> None:
         client.get("anything")
 
 
+@pytest.mark.usefixtures("calm_listing")
 async def test_async_sdk_round_trip(daytona_server: FakeDaytonaServer) -> None:
     async with AsyncDaytona(
         DaytonaConfig(api_key=daytona_server.api_key, api_url=daytona_server.api_url)

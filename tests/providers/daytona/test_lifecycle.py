@@ -253,11 +253,22 @@ def test_concurrent_get_or_create_converges_on_one_sandbox(server: FakeDaytonaSe
 
 
 def _add_listed(server: FakeDaytonaServer, tmp_path: Path, count: int, labels: dict[str, str]) -> set[str]:
-    """Sandboxes straight into the fake's records (no create requests: only the listing is tested)."""
+    """Sandboxes straight into the fake's records (no create requests: only the listing is
+    tested), made long enough ago that the listing shows them."""
     for index in range(count):
         sandbox_id = f"many-{index:04d}"
         server.sandboxes[sandbox_id] = FakeSandbox(
-            sandbox_id, sandbox_id, tmp_path, dict(labels), {}, "daytona", False, None, None, None
+            sandbox_id,
+            sandbox_id,
+            tmp_path,
+            dict(labels),
+            {},
+            "daytona",
+            False,
+            None,
+            None,
+            None,
+            born=time.monotonic() - server.listing_lag - 1,
         )
     return {f"many-{index:04d}" for index in range(count)}
 

@@ -19,6 +19,7 @@ class TestDaytonaProviderContract(ProviderConformanceTests):
     """Uses the ``provider`` fixture of conftest.py."""
 
 
+@pytest.mark.usefixtures("calm_listing")
 def test_create_passes_lifecycle_options_in_minutes(
     provider: DaytonaProvider, daytona_server: FakeDaytonaServer
 ) -> None:
@@ -85,6 +86,7 @@ def test_get_or_create_by_id_and_by_labels(provider: DaytonaProvider) -> None:
         provider.delete(sandbox_id=sandbox.id)
 
 
+@pytest.mark.usefixtures("calm_listing")
 def test_list_filters_by_labels_and_follows_cursors(provider: DaytonaProvider) -> None:
     created = {provider.create(labels={"batch": "paged"}).id for _ in range(3)}
     unrelated = provider.create(labels={"batch": "other"})

@@ -203,3 +203,37 @@ def test_hostile_names_round_trip_through_the_native_api(
     assert [(r.path, r.content) for r in results] == files
     assert _traffic(daytona_server, sandbox)[before:] == ["files/bulk-upload", "files/bulk-download"]
     assert sorted(e.name for e in sandbox.ls("hostile")) == sorted(names)
+
+
+@pytest.fixture
+def unprivileged(daytona_server: FakeDaytonaServer) -> Iterator[FakeDaytonaServer]:
+    """The fake's daemon working as the sandbox's user would, without root's bypass."""
+    daytona_server.unprivileged = True
+    yield daytona_server
+    daytona_server.unprivileged = False
+
+
+def test_mode_bits_hold_for_the_sandbox_user(
+    sandbox: DaytonaSandbox, unprivileged: FakeDaytonaServer
+) -> None:
+    """The daemon does everything as the sandbox's user, so commands and the
+    file API alike are refused what the mode bits refuse, even when the tests
+    run as root (the fake drops root's bypass). The sandbox starts no operation
+    server (tests/providers/fake_users.py says why)."""
+    sandbox.operation_server = False
+    root = unprivileged.root / sandbox.id
+    (root / "secret").write_bytes(b"x")
+    (root / "secret").chmod(0)
+    (root / "locked").mkdir(mode=0o500)
+    try:
+        with pytest.raises(errors.SandboxPermissionError):
+            sandbox.read("secret")
+        with pytest.raises(errors.SandboxPermissionError):
+            sandbox.write("locked/new", "x")
+        assert sandbox.execute("cat secret").exit_code == 1
+        assert sandbox.download_files(["secret"])[0].error == "permission_denied"
+        uploaded = sandbox.upload_files([("locked/new", b"x"), ("locked/deeper/new", b"x"), ("free", b"x")])
+        assert [r.error for r in uploaded] == ["permission_denied", "permission_denied", None]
+        assert not (root / "locked" / "new").exists() and not (root / "locked" / "deeper").exists()
+    finally:
+        (root / "locked").chmod(0o700)

@@ -14,7 +14,7 @@ pytest.importorskip("starlette", reason="the fake E2B service needs starlette: p
 pytest.importorskip("uvicorn", reason="the fake E2B service needs uvicorn: pip install uvicorn")
 
 from sandbox_sdk.providers.e2b import E2BProvider, E2BSandbox
-from tests.providers.e2b.fake_server import FakeE2BServer
+from tests.providers.e2b.fake_server import DEFAULT_LISTING_LAG_SECONDS, FakeE2BServer
 
 #: The only API key the fake accepts.
 API_KEY = "e2b_fake_test_key"
@@ -50,3 +50,12 @@ def e2b_sandbox(provider: E2BProvider) -> Iterator[E2BSandbox]:
     sandbox = provider.create()
     yield sandbox
     provider.delete(sandbox_id=sandbox.id)
+
+
+@pytest.fixture
+def calm_listing(fake_e2b: FakeE2BServer) -> Iterator[FakeE2BServer]:
+    """The fake listing a sandbox as soon as it is created, for a test that checks
+    what a listing shows right after making it (the default lags: see the fake)."""
+    fake_e2b.listing_lag = 0.0
+    yield fake_e2b
+    fake_e2b.listing_lag = DEFAULT_LISTING_LAG_SECONDS

@@ -6,7 +6,10 @@ One ASGI app answers both base URLs the SDK takes (``api_url`` and
 Control plane (REST, ``X-API-KEY`` checked, errors as ``{"code", "message"}``):
 
 - ``POST /v2/sandboxes``: create; ``templateID``, ``timeout`` (seconds, default
-  15 as in the real API), ``metadata`` and ``envVars`` are honoured.
+  15 as in the real API: ``NewSandbox.timeout``'s ``default: 15`` in e2b-dev/infra
+  spec/openapi.yml, ``SandboxTimeoutDefault`` in
+  packages/api/internal/sandbox/sandboxtypes/states.go), ``metadata`` and
+  ``envVars`` are honoured.
 - ``POST /v2/sandboxes/{id}/connect``: 200 for a running sandbox, extending its
   end time when the new timeout is longer (never shortening it: the SDK's
   ``Sandbox.connect`` docstring, e2b/sandbox_sync/main.py:279); 404 when it does
@@ -36,7 +39,10 @@ found":
 
 - ``GET /health``; ``GET /files`` (download) and ``POST /files`` (multipart or
   octet-stream upload, parents created), with envd's status codes: 404 missing,
-  400 a directory, 500 other OS errors.
+  400 a directory, 500 other OS errors (``GetFiles`` in
+  packages/envd/internal/api/download.go: ``os.ErrNotExist`` 404, ``IsDir`` 400,
+  any other stat or open error 500; ``processFile`` in api/upload.go: a
+  directory 400, making parents or opening 500).
 - Connect RPC ``process.Process``: ``Start`` (server stream), ``SendSignal`` and
   ``List``; ``filesystem.Filesystem``: ``Stat``, ``MakeDir``, ``Move``,
   ``Remove`` and ``ListDir`` (depth 1). Both are the SDK's own generated ASGI
@@ -58,19 +64,44 @@ client that goes away does not kill the command ("We do not want the command
 to be killed if the request context is cancelled":
 packages/envd/internal/services/process/start.go, ``handleStart``). The end
 event is Go's: exit code -1 after a signal, with ``ProcessState.String()``
-(``signal: killed``) as its status and error (``Handler.Wait``).
+(``signal: killed``) as its status and error (``Handler.Wait``);
+``end_form`` switches to the form a command re-adopted after an envd upgrade
+ends with (128 + N, no error) or to one no envd sends (-1, nothing named).
 ``commands_lead_group`` makes each command lead a process group of its own,
 which envd does not do: it tests that the provider is right either way.
 
 Error messages carry Go's errno texts (``open /a: permission denied``), and
-renaming onto a directory fails with "file exists", as Go's ``os.Rename`` does.
+renaming onto a directory fails with "file exists", as Go's ``os.Rename`` does
+(it checks the destination first and never moves *into* a directory, as
+Python's ``shutil.move`` would; envd's ``Move`` is ``os.Rename`` after
+``permissions.EnsureDirs``: packages/envd/internal/services/filesystem/move.go);
+a parent that is a file is envd's own "path is a file: <it>" (a 500 on upload,
+INTERNAL on move: permissions/path.go, api/upload.go ``processFile``). The
+kit's ``test_mixed_upload_batch_reports_each_item`` rests on exactly these: an
+upload is a write to a hidden name beside the target, then ``Move`` onto it,
+so "onto a directory" is a failed rename (``is_directory`` once the provider
+looks) and "below a file" a failed write; a fake that moves into a directory,
+or writes below a file, answers what envd never does.
+
+The kit's bounded-memory stream test counts this process, the fake included:
+it passes because the fake, like envd, holds back a command's output while the
+stream is not read (see ``_ProcessService.start``); a fake that reads the
+command's pipes into memory as fast as they fill measures its own buffer, not
+the client's (the SDK reads the stream through httpx as it is iterated).
 Tests inject control-plane failures with :meth:`FakeE2BServer.fail_next`
 (sent with ``Should-Retry: false`` unless asked, so the SDK does not retry).
 
 Each sandbox owns a temporary directory that is its home and default working
 directory; relative paths and ``~`` resolve against it. The fake does not
 isolate: absolute paths are host paths and commands run as the test's user, so
-tests keep to the sandbox's home.
+tests keep to the sandbox's home. Users as on E2B: envd runs as root
+(``User=root``, packages/orchestrator/pkg/template/build/core/rootfs/files/envd.service.tpl),
+so its file API (``/files``, ``filesystem.Filesystem``) reads and writes
+through any mode bits, and here too; commands run as the template's user,
+``user`` by default (``SysProcAttr.Credential`` in ``handler.New``;
+https://e2b.dev/docs/template/user-and-workdir), for whom mode bits hold: here,
+with ``unprivileged_commands``, without root's bypass (tests/providers/fake_users.py
+says why not by default).
 """
 
 from __future__ import annotations
@@ -81,7 +112,6 @@ import contextlib
 import datetime as dt
 import email.parser
 import email.policy
-import errno
 import os
 import secrets
 import shutil
@@ -111,6 +141,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tests.providers.fake_users import without_root_bypass
+
 ASGIApp = Callable[
     [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
     Awaitable[None],
@@ -121,11 +153,17 @@ DEFAULT_TIMEOUT_SECONDS = 15
 #: E2B Pro's maximum sandbox uptime (the SDK's ``Sandbox.create`` docstring).
 MAX_LIFETIME_SECONDS = 86_400
 DEFAULT_PAGE_LIMIT = 100
+#: Seconds each request waits by default (``FakeE2BServer.latency``): a service is never instant.
+DEFAULT_LATENCY_SECONDS = 0.002
+#: Seconds a new sandbox stays out of the listing by default (``FakeE2BServer.listing_lag``).
+DEFAULT_LISTING_LAG_SECONDS = 0.2
 CHUNK_SIZE = 32 * 1024
 #: Output events envd holds for a command's stream before its readers wait (``outputBufferSize``).
 OUTPUT_EVENTS = 64
 PROCESS_ROUTE = "/process.Process/"
 FILESYSTEM_ROUTE = "/filesystem.Filesystem/"
+#: The forms of envd's end event (:func:`_end_event`).
+EndForm = Literal["live", "readopted", "unnamed"]
 
 
 def _iso(moment: dt.datetime) -> str:
@@ -148,6 +186,8 @@ class FakeSandbox:
     started_at: dt.datetime
     end_at: dt.datetime
     access_token: str
+    #: ``time.monotonic()`` from which ``GET /v2/sandboxes`` shows it.
+    listed_from: float = 0.0
     processes: dict[int, asyncio.subprocess.Process] = field(default_factory=dict)
 
     def resolve(self, path: str) -> Path:
@@ -194,6 +234,14 @@ class FakeE2BServer:
         self.base_dir = base_dir
         self.max_lifetime = max_lifetime
         self.commands_lead_group = False
+        self.end_form: EndForm = "live"
+        #: Commands run as E2B's ``user`` would: without root's bypass of mode bits.
+        self.unprivileged_commands = False
+        #: Seconds every request waits before it is handled: a network's, kept small.
+        self.latency = DEFAULT_LATENCY_SECONDS
+        #: Seconds after its creation a sandbox first shows in ``GET /v2/sandboxes``
+        #: (eventually consistent); 0 for a test that needs the listing calm.
+        self.listing_lag = DEFAULT_LISTING_LAG_SECONDS
         self.sandboxes: dict[str, FakeSandbox] = {}
         self.requests: list[tuple[str, str]] = []
         self._injected: list[InjectedError] = []
@@ -205,6 +253,11 @@ class FakeE2BServer:
         self.app = self._build_app()
 
     # -- test controls -------------------------------------------------
+
+    def argv(self, argv: list[str]) -> list[str]:
+        """How a command's argv is run: as it is, or with ``unprivileged_commands``
+        without root's bypass of mode bits (tests/providers/fake_users.py)."""
+        return without_root_bypass(argv) if self.unprivileged_commands else argv
 
     def fail_next(
         self, status: int, message: str = "injected failure", *, count: int = 1, retry: bool = False
@@ -324,6 +377,8 @@ class FakeE2BServer:
         ) -> None:
             if scope["type"] != "http":
                 return
+            if self.latency:
+                await asyncio.sleep(self.latency)
             path: str = scope["path"]
             self.requests.append((scope["method"], path))
             if path.startswith((PROCESS_ROUTE, FILESYSTEM_ROUTE)):
@@ -407,6 +462,7 @@ class FakeE2BServer:
             started_at=now,
             end_at=now,
             access_token=secrets.token_hex(16),
+            listed_from=time.monotonic() + self.listing_lag,
         )
         self._set_end(sandbox, now + dt.timedelta(seconds=timeout))
         self.sandboxes[sandbox_id] = sandbox
@@ -444,7 +500,9 @@ class FakeE2BServer:
             (
                 s
                 for s in self.sandboxes.values()
-                if "running" in states and all(s.metadata.get(k) == v for k, v in wanted.items())
+                if "running" in states
+                and s.listed_from <= time.monotonic()
+                and all(s.metadata.get(k) == v for k, v in wanted.items())
             ),
             key=lambda s: (s.started_at, s.sandbox_id),
             reverse=request.query_params.get("order") == "desc",
@@ -570,20 +628,31 @@ def _multipart_files(content_type: str, body: bytes, query_path: str | None) -> 
     return files
 
 
-def _ensure_dirs(directory: Path) -> None:
-    """``os.MkdirAll`` as Go does it: an existing non-directory on the way is ENOTDIR."""
+def _ensure_dirs(directory: Path) -> str | None:
+    """envd's ``permissions.EnsureDirs``: each ancestor from the root is
+    stat'ed and made when missing; an ancestor that is not a directory is
+    "path is a file: <it>" (e2b-dev/infra packages/envd/internal/permissions/path.go).
+    Its error text, or None."""
     for ancestor in [*reversed(directory.parents), directory]:
-        if ancestor.exists() and not ancestor.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(ancestor))
-    directory.mkdir(parents=True, exist_ok=True)
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                return f"path is a file: {ancestor}"
+            continue
+        try:
+            ancestor.mkdir()
+        except FileExistsError:
+            continue  # made meanwhile (``os.IsExist``)
+        except OSError as exc:
+            return f"failed to create directory: {_go_error('mkdir', exc)}"
+    return None
 
 
 def _write_file(path: Path, content: bytes) -> tuple[int, str]:
-    """Write in place (truncate, then write) with parents created, as envd does; (status, message)."""
-    try:
-        _ensure_dirs(path.parent)
-    except OSError as exc:
-        return 500, f"error ensuring directories: {_go_error('mkdir', exc)}"
+    """Write in place (truncate, then write) with parents created, as envd's
+    ``processFile`` does (packages/envd/internal/api/upload.go): a failure to
+    make the parents is a 500, a directory in the way a 400; (status, message)."""
+    if (failure := _ensure_dirs(path.parent)) is not None:
+        return 500, f"error ensuring directories: {failure}"
     if path.is_dir():
         return 400, f"path is a directory: {path}"
     try:
@@ -601,18 +670,45 @@ def _sandbox_of(fake: FakeE2BServer, ctx: RequestContext[Any, Any]) -> FakeSandb
     return sandbox
 
 
-def _end_event(returncode: int) -> process_pb.ProcessEvent.EndEvent:
-    """envd's end event: Go's exit code (-1 after a signal), status and error strings.
-    Go names a signal as the C library's ``strsignal`` does, lower-cased
-    ("killed", "terminated", "segmentation fault": go/src/syscall/zerrors_linux_amd64.go)."""
-    if returncode < 0:
-        description = signal.strsignal(-returncode) or f"Signal {-returncode}"
-        text = f"signal: {description[0].lower()}{description[1:]}"
+def _end_event(returncode: int, form: EndForm = "live") -> process_pb.ProcessEvent.EndEvent:
+    """envd's end event of a command that ended with ``returncode`` (negative: killed by that signal).
+
+    ``live``, the path every command takes (``Handler.Wait``, e2b-dev/infra
+    packages/envd/internal/services/process/handler/handler.go): Go's
+    ``ProcessState.ExitCode()`` (-1 after a signal), ``Exited()``,
+    ``String()`` as the status, and ``cmd.Wait()``'s error text as the error
+    (set for any non-zero end). Go names a signal as the C library's
+    ``strsignal`` does, lower-cased ("signal: killed", "signal: terminated":
+    go/src/syscall/zerrors_linux_amd64.go).
+
+    ``readopted``, a command that outlived an envd live upgrade and was
+    reaped by the new envd (``Handler.reapByPidfd``, handler/readopt.go): exit
+    code ``128 + int(ws.Signal())`` and the signal's name alone as the status
+    after a signal, status "exited" after an exit, never an error.
+
+    ``unnamed``: -1 after a signal with neither status nor error, which no
+    envd sends; a server built from the SDK alone might."""
+    signalled = returncode < 0
+    if form == "readopted":
+        if signalled:
+            name = _go_signal_name(-returncode)
+            return process_pb.ProcessEvent.EndEvent(exit_code=128 - returncode, exited=False, status=name)
+        return process_pb.ProcessEvent.EndEvent(exit_code=returncode, exited=True, status="exited")
+    if signalled and form == "unnamed":
+        return process_pb.ProcessEvent.EndEvent(exit_code=-1, exited=False)
+    if signalled:
+        text = f"signal: {_go_signal_name(-returncode)}"
         return process_pb.ProcessEvent.EndEvent(exit_code=-1, exited=False, status=text, error=text)
     text = f"exit status {returncode}"
     return process_pb.ProcessEvent.EndEvent(
         exit_code=returncode, exited=True, status=text, error=text if returncode else None
     )
+
+
+def _go_signal_name(number: int) -> str:
+    """Go's ``syscall.Signal.String()``: the C library's description, lower-cased first letter."""
+    description = signal.strsignal(number) or f"Signal {number}"
+    return f"{description[0].lower()}{description[1:]}"
 
 
 def _start_response(event: Any) -> process_pb.StartResponse:
@@ -654,8 +750,7 @@ class _ProcessService(process_connect.Process):
             raise ConnectError(Code.INVALID_ARGUMENT, str(exc)) from exc
         try:
             process = await asyncio.create_subprocess_exec(
-                config.cmd,
-                *config.args,
+                *self._fake.argv([config.cmd, *config.args]),
                 cwd=cwd,
                 env=env,
                 stdin=asyncio.subprocess.PIPE if request.stdin else asyncio.subprocess.DEVNULL,
@@ -705,7 +800,7 @@ class _ProcessService(process_connect.Process):
                     continue
                 yield _start_response(Oneof("data", item))
             returncode = await process.wait()
-            yield _start_response(Oneof("end", _end_event(returncode)))
+            yield _start_response(Oneof("end", _end_event(returncode, self._fake.end_form)))
         finally:
             if deadline is not None:
                 deadline.cancel()
@@ -810,11 +905,9 @@ class _FilesystemService(filesystem_connect.Filesystem):
     ) -> filesystem_pb.MoveResponse:
         sandbox = _sandbox_of(self._fake, ctx)
         source, destination = sandbox.resolve(request.source), sandbox.resolve(request.destination)
-        try:
-            _ensure_dirs(destination.parent)
-        except OSError as exc:
-            message = f"error ensuring directories: {_go_error('mkdir', exc)}"
-            raise ConnectError(Code.INTERNAL, message) from exc
+        # envd's Move answers EnsureDirs' error as it is (packages/envd/internal/services/filesystem/move.go)
+        if (failure := _ensure_dirs(destination.parent)) is not None:
+            raise ConnectError(Code.INTERNAL, failure)
         if destination.is_dir() and not destination.is_symlink() and source.exists():
             # Go's os.Rename refuses a directory destination with EEXIST itself.
             raise ConnectError(Code.INTERNAL, f"error renaming: rename {source} {destination}: file exists")

@@ -121,6 +121,7 @@ def test_files_like_envd(fake_e2b: FakeE2BServer, sdk_sandbox: Sandbox) -> None:
     assert not (home / "moved").exists()
 
 
+@pytest.mark.usefixtures("calm_listing")
 def test_list_filters_and_pages(options: ApiParams) -> None:
     tag = os.urandom(4).hex()
     made = [Sandbox.create(timeout=60, metadata={"tag": tag, "n": str(i)}, **options) for i in range(3)]

@@ -18,14 +18,21 @@ import pytest
 pytest.importorskip("e2b", reason="the e2b extra is not installed: pip install -e '.[e2b]'")
 
 from sandbox_sdk import errors, get_provider
+from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.providers.e2b import E2BProvider, E2BSandbox
 from sandbox_sdk.testing import ProviderConformanceTests
+from sandbox_sdk.testing.provider_suite import RACERS
 from tests.providers.e2b.conftest import API_KEY, make_provider
 from tests.providers.e2b.fake_server import FakeE2BServer
 
 
 class TestE2BProviderContract(ProviderConformanceTests):
-    """Uses the ``provider`` fixture of conftest.py."""
+    """Uses the ``provider`` fixture of conftest.py; the race's clients are
+    providers of their own, each with its own connections."""
+
+    @pytest.fixture
+    def racing_providers(self, fake_e2b: FakeE2BServer) -> list[SandboxProvider[Any]]:
+        return [make_provider(fake_e2b) for _ in range(RACERS)]
 
 
 def unique_labels(**extra: str) -> dict[str, str]:
@@ -67,6 +74,7 @@ def e2b_timeout(fake: FakeE2BServer, sandbox: E2BSandbox) -> float:
     return (fake.sandbox(sandbox.id).end_at - dt.datetime.now(dt.UTC)).total_seconds()
 
 
+@pytest.mark.usefixtures("calm_listing")
 def test_create_passes_labels_and_idle_timeout(fake_e2b: FakeE2BServer, provider: E2BProvider) -> None:
     """E2B's timeout is the idle timeout plus one keep-alive interval (a tenth of it)."""
     labels = unique_labels(team="core")
@@ -427,6 +435,7 @@ async def test_async_lifecycle(fake_e2b: FakeE2BServer) -> None:
     assert (await provider.alist(labels=labels)).items == []
 
 
+@pytest.mark.usefixtures("calm_listing")
 async def test_async_pagination_and_errors(fake_e2b: FakeE2BServer) -> None:
     provider = make_provider(fake_e2b)
     labels = unique_labels()

@@ -23,7 +23,7 @@ from sandbox_sdk.providers.e2b._errors import typed_error
 from sandbox_sdk.providers.e2b.sandbox import _CommandRun
 from sandbox_sdk.testing import SandboxConformanceTests, provided_sandbox
 from tests.providers.e2b.conftest import API_KEY, home_of, make_provider
-from tests.providers.e2b.fake_server import FakeE2BServer
+from tests.providers.e2b.fake_server import EndForm, FakeE2BServer
 
 
 class TestE2BSandbox(SandboxConformanceTests):
@@ -109,12 +109,39 @@ def test_end_event_that_beats_the_client_deadline_counts_as_timeout() -> None:
     assert (response.timed_out, response.exit_code) == (True, 124)
 
 
-@pytest.mark.parametrize(("command", "code"), [("exit 3", 3), ("kill -TERM $$", 143), ("kill -KILL $$", 137)])
-async def test_exit_status_is_128_plus_the_signal(e2b_sandbox: E2BSandbox, command: str, code: int) -> None:
-    """envd reports a signal death as exit code -1 with Go's ``signal: terminated``."""
+@pytest.fixture(params=["live", "readopted", "unnamed"])
+def end_form(request: pytest.FixtureRequest, fake_e2b: FakeE2BServer) -> Iterator[EndForm]:
+    """The fake ending commands with each form of envd's end event (see ``_end_event``)."""
+    fake_e2b.end_form = request.param
+    yield request.param
+    fake_e2b.end_form = "live"
+
+
+@pytest.mark.parametrize(
+    ("command", "signal_code"), [("exit 3", 3), ("kill -TERM $$", 143), ("kill -KILL $$", 137)]
+)
+async def test_a_signal_death_is_128_plus_n_on_execute_and_on_a_followed_run(
+    end_form: EndForm, e2b_sandbox: E2BSandbox, command: str, signal_code: int
+) -> None:
+    """A command that dies of a signal ends with 128 + N, never an error, in
+    each form envd reports it, through ``execute`` and a followed ``run``,
+    sync and async; only a death no envd names (``unnamed``) reads as SIGKILL's."""
+    code = 137 if end_form == "unnamed" and signal_code > 128 else signal_code
     for response in (e2b_sandbox.execute(f"echo before; {command}"), await e2b_sandbox.aexecute(command)):
         assert (response.exit_code, response.timed_out) == (code, False)
     assert e2b_sandbox.execute(f"echo before; {command}").output == "before\n"
+    seen: list[str] = []
+    followed = (
+        e2b_sandbox.run(f"echo before; {command}", on_stdout=seen.append),
+        await e2b_sandbox.arun(f"echo before; {command}", on_stdout=seen.append),
+    )
+    for result in followed:
+        assert (result.exit_code, result.timed_out, result.stdout) == (code, False, "before\n")
+    assert seen == ["before\n", "before\n"]
+    # run without callbacks reads the status in the sandbox: exact in every form
+    assert e2b_sandbox.run(command).exit_code == signal_code
+    events = [(event.kind, event.exit_code) for event in e2b_sandbox.stream(command)]
+    assert events == [("exit", code)]
 
 
 @pytest.mark.parametrize(
@@ -124,17 +151,21 @@ async def test_exit_status_is_128_plus_the_signal(e2b_sandbox: E2BSandbox, comma
         ("signal: segmentation fault (core dumped)", 139),
         ("signal: CPU time limit exceeded", 152),
         ("signal: signal 34", 162),
+        ("error waiting for process '/bin/bash -l -c kill $$': signal: terminated", 143),
+        (None, 137),
+        ("", 137),
     ],
 )
-def test_go_signal_texts_read_as_128_plus_n(error: str, code: int) -> None:
+def test_go_signal_texts_read_as_128_plus_n(error: str | None, code: int) -> None:
     run = _CommandRun("true", 30, 1000)
     killed = CommandExitException(stdout="", stderr="", exit_code=-1, error=error)
     assert run.failed(killed).exit_code == code
 
 
-def test_unreadable_end_status_is_an_error_not_a_negative_code() -> None:
+@pytest.mark.parametrize("error", ["something else", "signal: no such signal", "exit status 2: signal: x"])
+def test_unreadable_end_status_is_an_error_not_a_negative_code(error: str) -> None:
     run = _CommandRun("true", 30, 1000)
-    odd = CommandExitException(stdout="", stderr="", exit_code=-1, error="something else")
+    odd = CommandExitException(stdout="", stderr="", exit_code=-1, error=error)
     with pytest.raises(errors.SandboxRuntimeError, match="without an exit status"):
         run.failed(odd)
 
@@ -213,6 +244,10 @@ def test_only_sdk_sandboxes_are_wrapped() -> None:
         (e2b_errors.InvalidArgumentException("path '/a' is a directory"), errors.SandboxIsADirectoryError),
         (e2b_errors.SandboxException("500: open /a: permission denied"), errors.SandboxPermissionError),
         (e2b_errors.SandboxException("500: mkdir /a/b: not a directory"), errors.SandboxNotADirectoryError),
+        (
+            e2b_errors.SandboxException("500: error ensuring directories: path is a file: /a"),
+            errors.SandboxNotADirectoryError,
+        ),
         (e2b_errors.InvalidArgumentException("bad cwd"), errors.InvalidArgumentError),
         (e2b_errors.NotEnoughSpaceException("507: no space"), errors.SandboxRuntimeError),
         (ConnectionRefusedError("refused"), errors.ProviderUnavailableError),

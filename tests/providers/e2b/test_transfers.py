@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("e2b", reason="the e2b extra is not installed: pip install -e '.[e2b]'")
 
+from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.providers.e2b import E2BSandbox
 from sandbox_sdk.testing import HOSTILE_CONTENTS, HOSTILE_NAMES, TransferContractTests, provided_sandbox
@@ -74,7 +75,7 @@ def test_upload_errors_are_per_file(fake_e2b: FakeE2BServer, e2b_sandbox: E2BSan
     )
     codes = [r.error for r in responses]
     assert codes[:5] == [None, "is_directory", "invalid_path", "invalid_path", "is_directory"]
-    assert codes[5] is not None and "not a directory" in codes[5]
+    assert codes[5] is not None and "path is a file" in codes[5]  # envd's words for a parent that is a file
     assert codes[6] is not None and codes[6].startswith("cannot read local source")
     assert codes[7] is None
     assert (home / "first.txt").read_bytes() == b"1" and (home / "last.txt").read_bytes() == b"2"
@@ -130,14 +131,41 @@ def test_download_errors_are_per_file(fake_e2b: FakeE2BServer, e2b_sandbox: E2BS
     ]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads and writes through any permission bits")
-def test_permission_errors(fake_e2b: FakeE2BServer, e2b_sandbox: E2BSandbox) -> None:
-    home = home_of(fake_e2b, e2b_sandbox)
+@pytest.fixture
+def unprivileged(fake_e2b: FakeE2BServer) -> Iterator[FakeE2BServer]:
+    """The fake running commands as E2B's ``user`` would, without root's bypass."""
+    fake_e2b.unprivileged_commands = True
+    yield fake_e2b
+    fake_e2b.unprivileged_commands = False
+
+
+def test_mode_bits_hold_for_commands_and_not_for_envds_own_file_api(
+    unprivileged: FakeE2BServer, e2b_sandbox: E2BSandbox
+) -> None:
+    """Commands run as ``user``, so file operations through them are refused
+    what the mode bits refuse, even when the tests run as root (the fake drops
+    root's bypass); envd itself runs as root, so the native transfers read and
+    write through the bits (the fake's file API is whoever runs the tests).
+    The sandbox starts no operation server (tests/providers/fake_users.py says why)."""
+    e2b_sandbox.operation_server = False
+    home = home_of(unprivileged, e2b_sandbox)
     (home / "secret").write_bytes(b"x")
     (home / "secret").chmod(0)
     (home / "locked").mkdir(mode=0o500)
-    assert e2b_sandbox.download_files(["secret"])[0].error == "permission_denied"
-    assert e2b_sandbox.upload_files([("locked/new", b"x")])[0].error == "permission_denied"
+    try:
+        with pytest.raises(errors.SandboxPermissionError):
+            e2b_sandbox.read("secret")
+        with pytest.raises(errors.SandboxPermissionError):
+            e2b_sandbox.write("locked/new", "x")
+        assert e2b_sandbox.execute("cat secret").exit_code == 1
+        downloaded = e2b_sandbox.download_files(["secret"])[0]
+        uploaded = e2b_sandbox.upload_files([("locked/new", b"x")])[0]
+        if os.geteuid() == 0:
+            assert (downloaded.content, downloaded.error, uploaded.error) == (b"x", None, None)
+        else:
+            assert (downloaded.error, uploaded.error) == ("permission_denied", "permission_denied")
+    finally:
+        (home / "locked").chmod(0o700)
 
 
 async def test_async_transfers(fake_e2b: FakeE2BServer, e2b_sandbox: E2BSandbox) -> None:

@@ -7,16 +7,22 @@ into other tests (the live tests read the real environment).
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
+import subprocess
+import sys
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
 
 import pytest
 
 pytest.importorskip("modal", reason="the modal extra is not installed: pip install -e '.[modal]'")
 
 from sandbox_sdk.providers.modal import ModalProvider, ModalSandbox
-from tests.providers.modal.fake_server import FakeModalServer
+from tests.providers.modal.fake_server import DEFAULT_LISTING_LAG_SECONDS, FakeModalServer
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +40,56 @@ def modal_env(modal_server: FakeModalServer, monkeypatch: pytest.MonkeyPatch) ->
     return modal_server
 
 
-def make_provider(server: FakeModalServer, **options: Any) -> ModalProvider:
+class ServerAddress(Protocol):
+    """Where a fake backend answers and the tokens it takes."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def token_id(self) -> str: ...
+    @property
+    def token_secret(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class SeparateServer:
+    """A fake backend in a process of its own (see ``serve_until_stdin_closes``)."""
+
+    url: str
+    token_id: str
+    token_secret: str
+
+
+@pytest.fixture(scope="session")
+def separate_modal_server() -> Iterator[SeparateServer]:
+    """A fake backend in another process, for tests that measure the client's own
+    memory: tracemalloc then counts the client alone, not the fake's buffers."""
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.providers.modal.fake_server"],
+        cwd=root,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        line = process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the separate fake Modal backend ended at start ({process.wait()})")
+        yield SeparateServer(**json.loads(line))
+    finally:
+        process.stdin.close()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def make_provider(server: ServerAddress, **options: Any) -> ModalProvider:
     """A provider whose client talks to ``server``."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MODAL_SERVER_URL", server.url)
@@ -58,3 +113,12 @@ def provider(modal_server: FakeModalServer) -> Iterator[ModalProvider]:
 @pytest.fixture
 def sandbox(provider: ModalProvider) -> ModalSandbox:
     return provider.create(labels={"role": "test"})
+
+
+@pytest.fixture
+def calm_listing(modal_server: FakeModalServer) -> Iterator[FakeModalServer]:
+    """The fake listing a sandbox as soon as it is created, for a test that checks
+    what a listing shows right after making it (the default lags: see the fake)."""
+    modal_server.listing_lag = 0.0
+    yield modal_server
+    modal_server.listing_lag = DEFAULT_LISTING_LAG_SECONDS

@@ -36,7 +36,9 @@ the SDK only picks for GPUs, network file systems or a PTY, is not served):
     SandboxTerminateV2      kills every running exec, removes the directory
     SandboxListV2           app / tag filter, running only, newest first, ``before_timestamp``
                             paging with :attr:`FakeModalServer.page_size` entries a page; each
-                            entry with its tags, name and creation time (``SandboxInfo``);
+                            entry with what the SDK's public ``Sandbox.list`` reads of it
+                            (id, handle metadata, result, creation time), so a client reading
+                            more than the public API gives fails here;
                             :attr:`FakeModalServer.list_delay` holds the answer back
     SandboxTagsGetV2 / SandboxTagsSetV2
 
@@ -46,8 +48,17 @@ Task command router RPCs served:
                             ``timeout_secs`` kills the process group
     TaskExecStdioRead       streams stdout / stderr from ``offset`` until the stream closes;
                             a stream read to its end is then freed (reading before that
-                            offset again is OUT_OF_RANGE), so the fake's memory, in the
-                            tests' own process, stays bounded
+                            offset again is OUT_OF_RANGE), so the fake's memory stays
+                            bounded. The SDK never asks for output it has had: it tracks
+                            its offset "so transient reconnects request the correct next
+                            byte" (``_stream_stdio_with_retries``,
+                            ``modal/sandbox/_task_command_router_client.py:1006`` in modal
+                            1.6.4); and the service does not keep all output either: the
+                            SDK warns, of a sandbox's own stdio, that "only the most recent
+                            portion of output is retained" (``modal/io_streams.py:303``).
+                            What the client has not read yet is kept ("all streams are
+                            buffered in memory, waiting to be consumed by the client",
+                            https://modal.com/docs/guide/sandbox-spawn, Stream types)
     TaskExecStdinWrite / TaskExecStdinWriteStream / TaskExecStdinStatus
     TaskExecPoll / TaskExecWait  exit code, or the signal for a killed process. An exec
                             past ``timeout_secs`` is killed here, on the worker side (SIGKILL to
@@ -107,10 +118,16 @@ from modal_proto import task_command_router_pb2 as tcr_pb2
 from modal_proto.api_grpc import ModalClientBase
 from modal_proto.task_command_router_grpc import TaskCommandRouterBase
 
+from tests.providers.fake_users import without_root_bypass
+
 FS_TOOLS_PATH = "/__modal/.bin/modal-sandbox-fs-tools"
 _FS_TOOLS_SCRIPT = Path(__file__).with_name("modal_fs_tools.py")
 _ID_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _STDIO_CHUNK = 64 * 1024
+#: Seconds each RPC waits by default (``FakeModalServer.latency``): a service is never instant.
+DEFAULT_LATENCY_SECONDS = 0.002
+#: Seconds a new sandbox stays out of ``SandboxListV2`` by default (``FakeModalServer.listing_lag``).
+DEFAULT_LISTING_LAG_SECONDS = 0.2
 
 _T = TypeVar("_T")
 
@@ -223,6 +240,8 @@ class _Sandbox:
     workdir: str
     created_at: float
     tags: dict[str, str]
+    #: ``time.monotonic()`` from which ``SandboxListV2`` shows it.
+    listed_from: float = 0.0
     result: api_pb2.GenericResult | None = None
     execs: dict[str, _Exec] = field(default_factory=dict)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
@@ -253,6 +272,10 @@ class _State:
         self.router_url = ""
         self.page_size = 3
         self.exec_start_delay = 0.0
+        self.unprivileged_execs = False
+        self.listing_lag = DEFAULT_LISTING_LAG_SECONDS
+        #: Seconds every RPC waits before it is handled: a network's, kept small.
+        self.latency = DEFAULT_LATENCY_SECONDS
         self.stdio_read_delay = 0.0
         self.list_delay = 0.0
         self.apps: dict[str, str] = {}
@@ -421,6 +444,7 @@ class _ControlPlane(_unimplemented_rpcs(ModalClientBase), ModalClientBase):  # t
             workdir=definition.workdir or str(directory),
             created_at=state.timestamp(),
             tags=_tags(request.tags),
+            listed_from=time.monotonic() + state.listing_lag,
             definition=definition,
         )
         if definition.timeout_secs:
@@ -511,18 +535,21 @@ class _ControlPlane(_unimplemented_rpcs(ModalClientBase), ModalClientBase):  # t
             and (not request.app_id or sandbox.app_id == request.app_id)
             and (not request.before_timestamp or sandbox.created_at < request.before_timestamp)
             and wanted.items() <= sandbox.tags.items()
+            and sandbox.listed_from <= time.monotonic()
         ]
         matches.sort(key=lambda sandbox: sandbox.created_at, reverse=True)
         await asyncio.sleep(self.state.list_delay)
         await stream.send_message(
             api_pb2.SandboxListResponse(
                 sandboxes=[
+                    # only what the SDK reads of an entry (``_Sandbox._list``,
+                    # modal/sandbox/_sandbox.py:1458-1464 in modal 1.6.4): the id, the
+                    # handle metadata, the task's result, and the creation time its next
+                    # request pages from; not the tags or the name, which nothing public returns
                     api_pb2.SandboxInfo(
                         id=sandbox.id,
                         app_id=sandbox.app_id,
                         created_at=sandbox.created_at,
-                        tags=_tag_protos(sandbox.tags),
-                        name=sandbox.definition.name,
                         task_info=api_pb2.TaskInfo(id=sandbox.task_id, result=sandbox.result),
                         metadata=api_pb2.SandboxHandleMetadata(app_id=sandbox.app_id),
                     )
@@ -563,6 +590,8 @@ class _CommandRouter(_unimplemented_rpcs(TaskCommandRouterBase), TaskCommandRout
             raise GRPCError(Status.INVALID_ARGUMENT, "empty command")
         if argv[0] == FS_TOOLS_PATH:
             argv = [sys.executable, str(_FS_TOOLS_SCRIPT), *argv[1:]]
+        if self.state.unprivileged_execs:
+            argv = without_root_bypass(argv)
         env = {
             "PATH": f"{self.state.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             "HOME": str(sandbox.directory),
@@ -756,6 +785,39 @@ class FakeModalServer:
     def list_delay(self, value: float) -> None:
         self.state.list_delay = value
 
+    @property
+    def listing_lag(self) -> float:
+        """Seconds after its creation a sandbox first shows in ``SandboxListV2``: a listing
+        is served from a store a create reaches later, so it is eventually consistent.
+        Small by default; 0 for a test that needs the listing calm."""
+        return self.state.listing_lag
+
+    @listing_lag.setter
+    def listing_lag(self, value: float) -> None:
+        self.state.listing_lag = value
+
+    @property
+    def latency(self) -> float:
+        """Seconds every RPC waits before it is handled."""
+        return self.state.latency
+
+    @latency.setter
+    def latency(self, value: float) -> None:
+        self.state.latency = value
+
+    @property
+    def unprivileged_execs(self) -> bool:
+        """Whether execs (commands, and the file API's ``modal-sandbox-fs-tools``) run as a
+        user whom mode bits bind: a sandbox whose image sets a ``USER`` other than root.
+        Modal runs an exec as the image's user, root in the images ``modal.Image`` builds
+        from its own bases, so by default the fake runs them with root's powers (that is,
+        the tests' user's); set, it drops root's bypass (tests/providers/fake_users.py)."""
+        return self.state.unprivileged_execs
+
+    @unprivileged_execs.setter
+    def unprivileged_execs(self, value: bool) -> None:
+        self.state.unprivileged_execs = value
+
     def env(self) -> dict[str, str]:
         """Environment variables that point the modal SDK here."""
         return {
@@ -804,6 +866,8 @@ class FakeModalServer:
         """Count the request, and answer it with a planned failure if there is one."""
         rpc = event.method_name.rsplit("/", 1)[-1]
         self.state.calls[rpc] += 1
+        if self.state.latency:
+            await asyncio.sleep(self.state.latency)
         planned = self.state.failures.pop(rpc, None)
         if planned is None:
             return
@@ -861,4 +925,18 @@ class FakeModalServer:
             self.stop()
 
 
-__all__ = ["FS_TOOLS_PATH", "FakeModalServer"]
+def serve_until_stdin_closes() -> None:
+    """Run the fake in a process of its own (``python -m tests.providers.modal.fake_server``):
+    print one JSON line with its URL and tokens, serve until standard input closes. A test
+    that measures the client's own memory uses it, so the fake's buffers are not counted."""
+    with FakeModalServer().running() as server:
+        address = {"url": server.url, "token_id": server.token_id, "token_secret": server.token_secret}
+        print(json.dumps(address), flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    serve_until_stdin_closes()
+
+
+__all__ = ["FS_TOOLS_PATH", "FakeModalServer", "serve_until_stdin_closes"]

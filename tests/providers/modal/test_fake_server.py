@@ -84,6 +84,7 @@ def test_stdin_stream_resumes_after_a_dropped_stream(
     assert (root / "resumed.txt").read_bytes() == b"resumed"
 
 
+@pytest.mark.usefixtures("calm_listing")
 def test_tags_list_from_id_and_terminate(modal_env: FakeModalServer) -> None:
     app = modal.App.lookup("fake-server-list", create_if_missing=True)
     modal_env.page_size = 2

@@ -18,7 +18,7 @@ from grpclib import Status
 
 from sandbox_sdk import errors, get_provider
 from sandbox_sdk.providers.modal import ModalProvider, ModalSandbox, sandbox_name
-from sandbox_sdk.providers.modal.provider import MAX_LIFETIME
+from sandbox_sdk.providers.modal.provider import CREATED_TAG, MAX_LIFETIME
 from sandbox_sdk.testing import ProviderConformanceTests
 from tests.providers.modal.conftest import make_provider
 from tests.providers.modal.fake_server import FakeModalServer
@@ -54,8 +54,13 @@ def test_registered_as_entry_point(modal_env: FakeModalServer) -> None:
 
 
 def test_labels_are_tags_and_get_round_trips(provider: ModalProvider, modal_server: FakeModalServer) -> None:
+    before = time.time()
     sandbox = provider.create(labels={"thread": "42"})
-    assert sandbox.sandbox.get_tags() == {"thread": "42"}
+    tags = sandbox.sandbox.get_tags()
+    assert before <= float(tags.pop(CREATED_TAG)) <= time.time()  # when it was created, not a label
+    assert tags == {"thread": "42"}
+    with pytest.raises(errors.InvalidArgumentError, match="reserved"):
+        provider.create(labels={CREATED_TAG: "1"})
     again = provider.get(sandbox.id)
     assert again.id == sandbox.id
     assert again.execute("echo same").output == "same\n"
@@ -78,6 +83,7 @@ def test_delete_is_idempotent(provider: ModalProvider, sandbox: ModalSandbox) ->
     assert sandbox.id not in [info.id for info in provider.iter_sandboxes()]
 
 
+@pytest.mark.usefixtures("calm_listing")
 def test_get_or_create_by_labels_reuses_exact_match(provider: ModalProvider) -> None:
     first = provider.get_or_create(labels={"thread": "7"})
     wider = provider.create(labels={"thread": "7", "extra": "1"})
@@ -105,6 +111,7 @@ def test_get_or_create_names_the_sandbox_after_its_labels(
 
 
 @pytest.mark.parametrize("api", ["sync", "async"])
+@pytest.mark.usefixtures("calm_listing")
 def test_concurrent_get_or_create_by_labels_make_one_sandbox(
     provider: ModalProvider, modal_server: FakeModalServer, api: str
 ) -> None:
@@ -149,11 +156,13 @@ def test_get_or_create_of_an_expired_sandbox_says_so(
     assert "was terminated" in caplog.text and third.id not in (first.id, second.id)
 
 
-def test_list_reads_tags_from_the_listing_and_pages_once(
+@pytest.mark.usefixtures("calm_listing")
+def test_iterating_walks_the_public_listing_once(
     provider: ModalProvider, modal_server: FakeModalServer
 ) -> None:
-    """10 sandboxes at 2 a page: a request per page plus the last, empty one, and no
-    request per sandbox (before: 20 list requests and 10 tag requests)."""
+    """10 sandboxes, 2 to a page of the service's: ``iter_sandboxes`` is one walk
+    through ``modal.Sandbox.list`` (a request per page plus the last, empty one)
+    and a tag request per sandbox, whatever its ``page_size``."""
     modal_server.page_size = 2
     try:
         made = [provider.create(labels={"cost": "x", "n": str(i)}).id for i in range(10)]
@@ -164,9 +173,10 @@ def test_list_reads_tags_from_the_listing_and_pages_once(
         modal_server.page_size = 3
     assert [info.id for info in infos] == made[::-1]
     assert infos[0].labels == {"cost": "x", "n": "9"}
-    assert (cost["SandboxListV2"], cost["SandboxTagsGetV2"], sum(cost.values())) == (6, 0, 6)
+    assert (cost["SandboxListV2"], cost["SandboxTagsGetV2"], sum(cost.values())) == (6, 10, 16)
 
 
+@pytest.mark.usefixtures("calm_listing")
 def test_list_filters_by_labels_and_pages_with_cursor(
     provider: ModalProvider, modal_server: FakeModalServer
 ) -> None:
@@ -289,6 +299,7 @@ def test_sandbox_lifetime_ends_it(provider: ModalProvider, modal_server: FakeMod
     assert sandbox.id not in [info.id for info in provider.iter_sandboxes()]
 
 
+@pytest.mark.usefixtures("calm_listing")
 async def test_async_lifecycle(provider: ModalProvider) -> None:
     sandbox = await provider.acreate(labels={"async": "yes"})
     assert (await sandbox.aexecute("echo hi")).output == "hi\n"

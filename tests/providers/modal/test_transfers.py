@@ -137,15 +137,42 @@ def test_download_files_order_and_errors(sandbox: ModalSandbox, modal_server: Fa
     root = _root(modal_server, sandbox)
     (root / "d").mkdir()
     (root / "d/a.bin").write_bytes(bytes(range(256)))
-    (root / "locked").write_bytes(b"secret")
-    (root / "locked").chmod(0)
-    results = sandbox.download_files(["d/a.bin", "missing", "d", "", str(root / "d/a.bin"), "locked"])
-    assert [r.path for r in results] == ["d/a.bin", "missing", "d", "", str(root / "d/a.bin"), "locked"]
+    results = sandbox.download_files(["d/a.bin", "missing", "d", "", str(root / "d/a.bin")])
+    assert [r.path for r in results] == ["d/a.bin", "missing", "d", "", str(root / "d/a.bin")]
     assert results[0].content == bytes(range(256)) and results[0].error is None
     assert [r.error for r in results[1:4]] == ["file_not_found", "is_directory", "invalid_path"]
     assert results[4].content == bytes(range(256))
-    if os.geteuid() != 0:  # root reads anything
-        assert results[5].error == "permission_denied"
+
+
+@pytest.fixture
+def unprivileged(modal_server: FakeModalServer) -> Iterator[FakeModalServer]:
+    """The fake running execs as an image's user other than root would."""
+    modal_server.unprivileged_execs = True
+    yield modal_server
+    modal_server.unprivileged_execs = False
+
+
+def test_mode_bits_hold_for_an_image_user_other_than_root(
+    unprivileged: FakeModalServer, sandbox: ModalSandbox
+) -> None:
+    """Commands and the file API are both execs on Modal, so both are refused
+    what the mode bits refuse the image's user, even when the tests run as root.
+    The sandbox starts no operation server (tests/providers/fake_users.py says why)."""
+    sandbox.operation_server = False
+    root = _root(unprivileged, sandbox)
+    (root / "secret").write_bytes(b"x")
+    (root / "secret").chmod(0)
+    (root / "locked").mkdir(mode=0o500)
+    try:
+        with pytest.raises(errors.SandboxPermissionError):
+            sandbox.read("secret")
+        with pytest.raises(errors.SandboxPermissionError):
+            sandbox.write("locked/new", "x")
+        assert sandbox.execute("cat secret").exit_code == 1
+        assert sandbox.download_files(["secret"])[0].error == "permission_denied"
+        assert sandbox.upload_files([("locked/new", b"x")])[0].error == "permission_denied"
+    finally:
+        (root / "locked").chmod(0o700)
 
 
 async def test_async_transfers(sandbox: ModalSandbox, modal_server: FakeModalServer) -> None:

@@ -15,11 +15,15 @@ from e2b import exceptions as e2b_errors
 
 from sandbox_sdk import errors
 
-#: Go's errno texts in envd's messages, for file errors that carry no status of their own.
+#: Go's errno texts in envd's messages, for file errors that carry no status
+#: of their own, and envd's own "path is a file: <ancestor>", its answer when
+#: a parent to create is a file (``permissions.EnsureDirs``, e2b-dev/infra
+#: packages/envd/internal/permissions/path.go; a 500 on upload, INTERNAL on move).
 _ERRNO_TEXTS: tuple[tuple[str, type[errors.SandboxError]], ...] = (
     ("permission denied", errors.SandboxPermissionError),
     ("is a directory", errors.SandboxIsADirectoryError),
     ("not a directory", errors.SandboxNotADirectoryError),
+    ("path is a file", errors.SandboxNotADirectoryError),
     ("no such file or directory", errors.SandboxFileNotFoundError),
 )
 

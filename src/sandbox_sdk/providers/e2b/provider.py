@@ -22,7 +22,7 @@ from e2b import SandboxInfo as E2BSandboxInfo
 from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxInfo, SandboxPage
 from sandbox_sdk.provider import SandboxProvider
-from sandbox_sdk.provider_kit import Lifetime
+from sandbox_sdk.provider_kit import Lifetime, check_seconds
 from sandbox_sdk.providers.e2b._errors import translate_errors
 from sandbox_sdk.providers.e2b.sandbox import (
     DEFAULT_TIMEOUT,
@@ -37,6 +37,17 @@ API_KEY_ENV = "E2B_API_KEY"
 #: E2B's longest sandbox uptime, in seconds: 24 hours on the Pro tier (1 hour,
 #: 3600, on Hobby). The SDK's ``Sandbox.create`` docstring states both.
 MAX_LIFETIME = 86_400
+#: Seconds a new sandbox may take to show in E2B's listing. E2B has no
+#: uniqueness to claim for a label set (metadata is free-form, names are not
+#: unique), so ``get_or_create`` by labels converges after creating: it lists
+#: until its own sandbox shows, keeps the oldest carrying the labels and
+#: deletes its own if that is another's (``_converge`` in the lifecycle
+#: flows). The API lists running sandboxes from the orchestrator's store
+#: (e2b-dev/infra packages/api/internal/handlers/sandboxes_list.go,
+#: ``a.orchestrator.GetSandboxes``), which a create enters before it answers,
+#: so the wait usually ends at the first listing; the bound is for an API
+#: instance whose store has not caught up.
+DEFAULT_LISTING_LAG = 5.0
 logger = logging.getLogger(__name__)
 
 #: Options of ``create`` handed to ``Sandbox.create`` as they are.
@@ -99,7 +110,9 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
     ``execute`` timeout in seconds. ``max_lifetime`` is the account's longest
     sandbox uptime in seconds: 86400 (24 hours, E2B Pro) unless given; a
     Hobby account passes 3600, so that ``ttl`` and ``idle_timeout`` over an
-    hour are refused here rather than by the service.
+    hour are refused here rather than by the service. ``listing_lag`` bounds
+    how long ``get_or_create`` by labels waits for its new sandbox to show in
+    the listing, to agree with clients racing it (:data:`DEFAULT_LISTING_LAG`).
     """
 
     name = "e2b"
@@ -115,6 +128,7 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
         template: str | None = None,
         command_timeout: float = DEFAULT_TIMEOUT,
         max_lifetime: int = MAX_LIFETIME,
+        listing_lag: float = DEFAULT_LISTING_LAG,
     ) -> None:
         api_key = api_key or os.environ.get(API_KEY_ENV)
         if not api_key:
@@ -140,6 +154,7 @@ class E2BProvider(SandboxProvider[E2BSandbox]):
         self.template = template
         self.command_timeout = check_timeout(command_timeout)
         self.max_lifetime = max_lifetime
+        self._listing_lag = check_seconds("listing_lag", listing_lag or None) or 0.0  # 0: no wait
         #: The last handle handed out for each label set, to tell when one expired.
         self._handles: dict[frozenset[tuple[str, str]], E2BSandbox] = {}
 

@@ -17,6 +17,7 @@ import io
 import math
 import os
 import posixpath
+import re
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -137,15 +138,40 @@ GO_SIGNAL_NAMES = {
 }
 #: Exit status of a command killed by signal N: 128 + N, as shells report it.
 SIGNAL_EXIT_BASE = 128
+#: A death by SIGKILL; also what a death by a signal no one names reads as (see :func:`signal_exit_code`).
+KILLED_EXIT = SIGNAL_EXIT_BASE + 9
+#: Go's text for a signal death, last in envd's error: ``signal: killed``,
+#: ``signal: segmentation fault (core dumped)``, ``signal: signal 34`` (outside
+#: Go's table), after a ``...: `` prefix where an older envd wrapped it.
+_GO_SIGNAL = re.compile(r"^(?:.*: )?signal: (?P<name>[^:]+?)(?: \(core dumped\))?$", re.DOTALL)
 
 
-def signal_exit_code(error: str | None) -> int | None:
-    """128 + N for envd's end-event error of a command killed by signal N
-    (``signal: killed``, perhaps ``(core dumped)`` after it; Go names a signal
-    outside its table ``signal 34``); None for any other text."""
-    if error is None or not error.startswith("signal: "):
+def signal_exit_code(exit_code: int, error: str | None) -> int | None:
+    """The shell's exit status (128 + N) for envd's end event of a command
+    killed by signal N, in each form envd sends it; None for any other end.
+
+    - The live path (``Handler.Wait``, e2b-dev/infra
+      packages/envd/internal/services/process/handler/handler.go): Go's
+      ``ProcessState.ExitCode()``, -1 after a signal, with ``cmd.Wait()``'s
+      error ``signal: killed`` as the error and the same text as the status.
+      envd has sent that error text in every version of ``Wait`` since the
+      end event has had an exit code; before, it wrapped it (``error waiting
+      for process '...': signal: killed``).
+    - A command re-adopted across an envd live upgrade
+      (``Handler.reapByPidfd``, handler/readopt.go): the exit code is already
+      ``128 + int(ws.Signal())``, with no error: an ordinary non-zero exit,
+      which never reaches this function.
+    - -1 with no signal named: no envd sends it, but Go's -1 on an ended
+      process means a signal (``ExitCode``'s doc: "-1 if the process hasn't
+      exited or was terminated by a signal"), so it is not an error either: it
+      reads as SIGKILL's 137, the signal that ends a process unasked (the
+      kernel's OOM killer, envd's own deadline, the sandbox's end)."""
+    if exit_code != -1:
         return None
-    name = error.removeprefix("signal: ").removesuffix(" (core dumped)")
+    match = _GO_SIGNAL.match(error or "")
+    if match is None:
+        return KILLED_EXIT if not error else None
+    name = match["name"]
     number = GO_SIGNAL_NAMES.get(name)
     if number is None and name.startswith("signal ") and name[7:].isdigit():
         number = int(name[7:])
@@ -282,18 +308,16 @@ class _CommandRun:
         if isinstance(exc, errors.SandboxError):  # typed already (the keep-alive's)
             raise exc
         if isinstance(exc, CommandExitException):
-            if exc.exit_code >= 0:
-                return exc.exit_code, False
-            # Killed by a signal: Go reports exit code -1 and names the signal.
-            # envd kills the command at the deadline, and when its end event
-            # ("signal: killed") beats the client's own deadline, the SDK
-            # reports an exit instead of a timeout.
-            if time.monotonic() - self.started >= self.timeout:
+            code = exc.exit_code if exc.exit_code >= 0 else signal_exit_code(exc.exit_code, exc.error)
+            # envd kills the command with SIGKILL at the deadline, and when its
+            # end event beats the client's own deadline, the SDK reports an
+            # exit instead of a timeout.
+            if code == KILLED_EXIT and time.monotonic() - self.started >= self.timeout:
                 return None, True
-            code = signal_exit_code(exc.error)
             if code is None:
                 raise errors.SandboxRuntimeError(
-                    f"execute: the command ended without an exit status: {exc.error!r}"
+                    f"execute: the command ended without an exit status: exit code {exc.exit_code},"
+                    f" error {exc.error!r}"
                 )
             return code, False
         if isinstance(exc, e2b_errors.TimeoutException) and not isinstance(

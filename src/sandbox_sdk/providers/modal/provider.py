@@ -8,25 +8,23 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Generator, Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import AsyncIterator, Generator, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 
 try:
     import modal
     import modal.exception
-    from modal._utils.async_utils import synchronize_api
     from modal.config import config as modal_config
-    from modal.sandbox._impl_v2 import SandboxImplV2
-    from modal_proto import api_pb2
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("the modal provider needs the modal SDK: pip install 'sandbox-sdk-py[modal]'") from exc
 
 from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxInfo, SandboxPage
 from sandbox_sdk.provider import SandboxProvider
-from sandbox_sdk.provider_kit import Lifetime, NativeRequest
+from sandbox_sdk.provider_kit import Lifetime, NativeRequest, can_clean_up
 from sandbox_sdk.providers.modal._errors import NameTakenError, translate_errors
 from sandbox_sdk.providers.modal.sandbox import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT, ModalSandbox
 
@@ -76,29 +74,74 @@ class FindNamed(NativeRequest):
     name: str
 
 
+#: The tag holding when this provider created a sandbox (wall-clock seconds):
+#: ``modal.Sandbox.list`` yields sandboxes without their creation time
+#: (``_Sandbox._list``, ``modal/sandbox/_sandbox.py:1458`` in modal 1.6.4, keeps
+#: only the id and handle metadata of each listed ``SandboxInfo``), and no
+#: public method returns it. Not a label: ``list`` and ``get_or_create`` leave it out.
+CREATED_TAG = "sandbox-sdk.created-at"
+
+
+@dataclass
+class _Walk:
+    """One walk through ``modal.Sandbox.list(app_id=..., tags=...)``, newest first:
+    the SDK's generator, opened by the first :class:`NextListed`."""
+
+    app_id: str
+    tags: dict[str, str]
+    listing: Any = field(default=None)
+
+
 @dataclass(frozen=True)
-class ListPage(NativeRequest):
-    """One page of Modal's listing (:data:`list_page`); replies with the response."""
+class NextListed(NativeRequest):
+    """The walk's next running sandbox (a ``modal.Sandbox``), or ``None`` at its end."""
 
-    request: api_pb2.SandboxListRequest
-
-
-async def _list_page(client: Any, request: api_pb2.SandboxListRequest) -> api_pb2.SandboxListResponse:
-    """One page of Modal's sandbox listing, as the service sends it.
-
-    ``modal.Sandbox.list`` keeps only each sandbox's id and drops the tags and creation
-    time the response carries (``modal/sandbox/_sandbox.py:1459`` in modal 1.6.4), which
-    would cost a tag request per sandbox, and it always starts at the newest, so a later
-    page would re-walk the earlier ones. This is the request it makes
-    (``SandboxImplV2.list_page``, ``modal/sandbox/_impl_v2.py:246``: ``SandboxListV2`` with
-    the auth token), reached through the SDK's internals: the fake serves only
-    ``SandboxListV2``, so an SDK that changes it fails the tests at once."""
-    return await SandboxImplV2.list_page(client, request)
+    walk: _Walk
 
 
-#: :func:`_list_page` on the SDK's event loop: ``list_page(client, request)`` blocks,
-#: ``list_page.aio(client, request)`` awaits, as the SDK's own functions do.
-list_page = synchronize_api(_list_page)  # type: ignore[no-untyped-call]  # the SDK's helper has no hints
+@dataclass(frozen=True)
+class CloseWalk(NativeRequest):
+    """Close the walk's generator (its remaining pages are never fetched)."""
+
+    walk: _Walk
+
+
+@dataclass(frozen=True)
+class TagsOf(NativeRequest):
+    """A listed sandbox's tags: ``Sandbox.get_tags()``, one request."""
+
+    sandbox: modal.Sandbox
+
+
+@dataclass(frozen=True)
+class _Cursor:
+    """Where a page of ``list`` ended: its last sandbox, and when that was created."""
+
+    created_at: float
+    sandbox_id: str
+
+    @classmethod
+    def parse(cls, cursor: str | None) -> _Cursor | None:
+        if cursor is None:
+            return None
+        created, _, sandbox_id = cursor.partition("/")
+        try:
+            if not sandbox_id:
+                raise ValueError(cursor)
+            return cls(float(created), sandbox_id)
+        except ValueError:
+            raise errors.InvalidArgumentError(f"not a cursor of this provider: {cursor!r}") from None
+
+    def __str__(self) -> str:
+        return f"{self.created_at!r}/{self.sandbox_id}"
+
+
+def _created_at(tags: Mapping[str, str]) -> float:
+    """When this provider created the sandbox; 0 (the epoch) for one made without it."""
+    try:
+        return float(tags.get(CREATED_TAG, 0.0))
+    except ValueError:
+        return 0.0
 
 
 class ModalProviderOptions(TypedDict, total=False):
@@ -121,7 +164,8 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
     ``idle_timeout`` (default an hour, maximum 24 hours) are seconds, rounded
     up to whole ones; other options of :data:`SANDBOX_OPTIONS` go to
     ``modal.Sandbox.create`` unchanged. ``list`` shows running sandboxes of
-    the app, newest first. ``get_or_create(labels=...)`` names the sandbox it
+    the app, newest first, through the SDK's public ``modal.Sandbox.list``
+    (see :meth:`_op_list` for what that costs). ``get_or_create(labels=...)`` names the sandbox it
     creates after the labels (:func:`sandbox_name`), so concurrent callers get
     one sandbox. :meth:`close` closes the Modal client.
     """
@@ -177,8 +221,10 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
         for key, value in labels.items():
             if not isinstance(key, str) or not isinstance(value, str):
                 raise errors.InvalidArgumentError(f"invalid label {key!r}={value!r}")
+        if CREATED_TAG in labels:
+            raise errors.InvalidArgumentError(f"the label {CREATED_TAG!r} is reserved")
         return {
-            "tags": labels,
+            "tags": {**labels, CREATED_TAG: repr(time.time())},
             "workdir": self.workdir,
             "client": self.client,
             # without a ttl, the platform's maximum: the SDK's default is five minutes
@@ -188,11 +234,11 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
         }
 
     @staticmethod
-    def _info(sandbox: api_pb2.SandboxInfo) -> SandboxInfo:
+    def _info(sandbox_id: str, tags: Mapping[str, str]) -> SandboxInfo:
         return SandboxInfo(
-            id=sandbox.id,
-            labels={tag.tag_name: tag.tag_value for tag in sandbox.tags},
-            created_at=datetime.fromtimestamp(sandbox.created_at, UTC),
+            id=sandbox_id,
+            labels={key: value for key, value in tags.items() if key != CREATED_TAG},
+            created_at=datetime.fromtimestamp(_created_at(tags), UTC),
             status="running",
         )
 
@@ -203,29 +249,61 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
         return self._wrap(sandbox)
 
     def _op_list(
-        self, app_id: str | None, labels: Mapping[str, str] | None, cursor: str | None, limit: int
-    ) -> Generator[ListPage, api_pb2.SandboxListResponse, SandboxPage]:
-        """Up to ``limit`` running sandboxes of the app carrying ``labels`` (filtered by
-        the service), newest first, created before the cursor's time: Modal's own
-        ``before_timestamp`` paging, one request per page of the service's. A full page
-        has a cursor (the next page may be empty); the cursor is the last sandbox's exact
-        creation time, so paging goes on right even if that sandbox is deleted meanwhile."""
-        if not app_id:  # an empty app id would list the whole environment
-            raise errors.SandboxRuntimeError(f"the Modal app {self.app_name!r} has no id")
-        tags = [api_pb2.SandboxTag(tag_name=k, tag_value=v) for k, v in (labels or {}).items()]
-        before = _cursor_time(cursor)
+        self, app_id: str, labels: Mapping[str, str] | None, cursor: str | None, limit: int
+    ) -> Generator[NativeRequest, Any, SandboxPage]:
+        """Up to ``limit`` running sandboxes of the app carrying ``labels``, newest first,
+        after the cursor's sandbox, through the SDK's public API alone:
+        ``modal.Sandbox.list(app_id=..., tags=...)`` (the service filters the tags and
+        orders; the SDK fetches its pages as the walk goes on) and ``get_tags()`` for
+        each sandbox of the page (the listing yields ids only).
+
+        That costs a tag request per sandbox listed, and a page after the first walks
+        again from the newest to the cursor's sandbox (``Sandbox.list`` always starts
+        there; only the SDK's internals take a ``before_timestamp``), without a tag
+        request for those it passes. If the cursor's sandbox was deleted meanwhile, a
+        second walk passes those created at or after the cursor's time, asking each
+        one's tags."""
+        after = _Cursor.parse(cursor)
+        tags = dict(labels or {})
+        page = yield from self._walk_page(_Walk(app_id, tags), after, limit, by_time=False)
+        if page is None:
+            page = yield from self._walk_page(_Walk(app_id, tags), after, limit, by_time=True)
+        items = page or []
+        last = items[-1] if items else None
+        next_cursor = None
+        if last is not None and len(items) == limit:
+            next_cursor = str(_Cursor(last.created_at.timestamp(), last.id))
+        return SandboxPage(items=items, next_cursor=next_cursor)
+
+    def _walk_page(
+        self, walk: _Walk, after: _Cursor | None, limit: int, *, by_time: bool
+    ) -> Generator[NativeRequest, Any, builtins.list[SandboxInfo] | None]:
+        """One walk: the sandboxes past ``after`` (all when None), up to ``limit``;
+        None when the walk by id never met the cursor's sandbox."""
         items: builtins.list[SandboxInfo] = []
-        last = 0.0
-        while len(items) < limit:
-            response = yield ListPage(
-                api_pb2.SandboxListRequest(app_id=app_id, before_timestamp=before, tags=tags)
-            )
-            taken = response.sandboxes[: limit - len(items)]
-            if not taken:
-                break
-            items += [self._info(sandbox) for sandbox in taken]
-            last = before = taken[-1].created_at
-        return SandboxPage(items=items, next_cursor=repr(last) if len(items) == limit else None)
+        passed = after is None
+        try:
+            while len(items) < limit:
+                sandbox = yield NextListed(walk)
+                if sandbox is None:
+                    break
+                if not passed and not by_time:
+                    assert after is not None
+                    passed = sandbox.object_id == after.sandbox_id
+                    continue
+                info = self._info(sandbox.object_id, (yield TagsOf(sandbox)))
+                if not passed:
+                    assert after is not None
+                    passed = info.created_at.timestamp() < after.created_at and info.id != after.sandbox_id
+                    if not passed:
+                        continue
+                items.append(info)
+        except BaseException as exc:
+            if can_clean_up(exc):
+                yield CloseWalk(walk)
+            raise
+        yield CloseWalk(walk)
+        return items if passed else None
 
     def _running_named(self, sandbox: modal.Sandbox | None, labels: Mapping[str, str]) -> ModalSandbox | None:
         """A named sandbox :class:`FindNamed` found, if it runs; one that ended is logged,
@@ -264,10 +342,20 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
             return winner
 
     def _perform(self, request: Any) -> Any:
-        """Our own requests (:class:`FindNamed`, :class:`ListPage`) with the SDK's blocking
+        """Our own requests (:class:`FindNamed`, the listing's) with the SDK's blocking
         API; the rest as the base does."""
-        if isinstance(request, ListPage):
-            return list_page(self.client, request.request)
+        if isinstance(request, NextListed):
+            walk = request.walk
+            if walk.listing is None:
+                listing = modal.Sandbox.list(app_id=walk.app_id, tags=walk.tags, client=self.client)
+                walk.listing = iter(listing)
+            return next(walk.listing, None)
+        if isinstance(request, TagsOf):
+            return request.sandbox.get_tags()
+        if isinstance(request, CloseWalk):
+            if request.walk.listing is not None:
+                request.walk.listing.close()
+            return None
         if isinstance(request, FindNamed):
             with contextlib.suppress(errors.SandboxNotFoundError), translate_errors(f"find {request.name}"):
                 return modal.Sandbox.from_name(
@@ -278,8 +366,17 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
 
     async def _aperform(self, request: Any) -> Any:
         """Our own requests with the SDK's ``.aio`` API; the rest as the base does."""
-        if isinstance(request, ListPage):
-            return await list_page.aio(self.client, request.request)
+        if isinstance(request, NextListed):
+            walk = request.walk
+            if walk.listing is None:
+                walk.listing = modal.Sandbox.list.aio(app_id=walk.app_id, tags=walk.tags, client=self.client)
+            return await anext(walk.listing, None)
+        if isinstance(request, TagsOf):
+            return await request.sandbox.get_tags.aio()
+        if isinstance(request, CloseWalk):
+            if request.walk.listing is not None:
+                await request.walk.listing.aclose()
+            return None
         if isinstance(request, FindNamed):
             with contextlib.suppress(errors.SandboxNotFoundError), translate_errors(f"find {request.name}"):
                 return await modal.Sandbox.from_name.aio(
@@ -320,9 +417,30 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
     ) -> SandboxPage:
         """Running sandboxes of the app carrying ``labels``, newest first (see :meth:`_op_list`)."""
         _check_limit(limit)
-        listing = self._op_list(self._get_app().app_id, labels, cursor, limit)
+        listing = self._op_list(_checked_app_id(self._get_app(), self.app_name), labels, cursor, limit)
         with translate_errors("list Modal sandboxes"):
             return self._drive(listing)
+
+    def iter_sandboxes(
+        self, *, labels: Mapping[str, str] | None = None, page_size: int = 100
+    ) -> Iterator[SandboxInfo]:
+        """Every running sandbox of the app carrying ``labels``, newest first, in one
+        walk through ``modal.Sandbox.list`` (not page by page, each of which would walk
+        again from the newest: see :meth:`_op_list`); a tag request per sandbox. The
+        service's own pages set the pace: ``page_size`` is only checked."""
+        _check_limit(page_size)
+        walk = _Walk(_checked_app_id(self._get_app(), self.app_name), dict(labels or {}))
+        try:
+            while True:
+                with translate_errors("list Modal sandboxes"):
+                    sandbox = self._perform(NextListed(walk))
+                    if sandbox is None:
+                        return
+                    tags = self._perform(TagsOf(sandbox))
+                yield self._info(sandbox.object_id, tags)
+        finally:
+            with translate_errors("list Modal sandboxes"):
+                self._perform(CloseWalk(walk))
 
     def _delete(self, sandbox_id: str) -> None:
         gone = contextlib.suppress(errors.SandboxNotFoundError)
@@ -354,9 +472,28 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
     ) -> SandboxPage:
         """Running sandboxes of the app carrying ``labels``, newest first (see :meth:`_op_list`)."""
         _check_limit(limit)
-        listing = self._op_list((await self._aget_app()).app_id, labels, cursor, limit)
+        app_id = _checked_app_id(await self._aget_app(), self.app_name)
+        listing = self._op_list(app_id, labels, cursor, limit)
         with translate_errors("list Modal sandboxes"):
             return await self._adrive(listing)
+
+    async def aiter_sandboxes(
+        self, *, labels: Mapping[str, str] | None = None, page_size: int = 100
+    ) -> AsyncIterator[SandboxInfo]:
+        """Async twin of :meth:`iter_sandboxes`."""
+        _check_limit(page_size)
+        walk = _Walk(_checked_app_id(await self._aget_app(), self.app_name), dict(labels or {}))
+        try:
+            while True:
+                with translate_errors("list Modal sandboxes"):
+                    sandbox = await self._aperform(NextListed(walk))
+                    if sandbox is None:
+                        return
+                    tags = await self._aperform(TagsOf(sandbox))
+                yield self._info(sandbox.object_id, tags)
+        finally:
+            with translate_errors("list Modal sandboxes"):
+                await self._aperform(CloseWalk(walk))
 
     async def _adelete(self, sandbox_id: str) -> None:
         gone = contextlib.suppress(errors.SandboxNotFoundError)
@@ -365,19 +502,16 @@ class ModalProvider(SandboxProvider[ModalSandbox]):
             await sandbox.terminate.aio()
 
 
+def _checked_app_id(app: modal.App, name: str) -> str:
+    """The app's id; never empty, which would list the whole environment."""
+    if not app.app_id:
+        raise errors.SandboxRuntimeError(f"the Modal app {name!r} has no id")
+    return app.app_id
+
+
 def _check_limit(limit: int) -> None:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise errors.InvalidArgumentError(f"limit must be an int >= 1, not {limit!r}")
-
-
-def _cursor_time(cursor: str | None) -> float:
-    """The creation time a cursor names (0: from the newest)."""
-    if cursor is None:
-        return 0.0
-    try:
-        return float(cursor)
-    except ValueError:
-        raise errors.InvalidArgumentError(f"not a cursor of this provider: {cursor!r}") from None
 
 
 __all__ = ["DEFAULT_APP_NAME", "MAX_LIFETIME", "ModalProvider", "sandbox_name"]
