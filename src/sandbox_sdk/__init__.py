@@ -35,11 +35,13 @@ from sandbox_sdk.errors import (
     SandboxPermissionError,
     SandboxRuntimeError,
     SandboxTimeoutError,
+    StdinClosedError,
     TransferFailedError,
     UnmanagedSandboxError,
 )
 from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import (
+    PIPE,
     DirectoryListing,
     DirectoryTransferResult,
     EditResult,
@@ -52,6 +54,7 @@ from sandbox_sdk.models import (
     GrepResult,
     ProcessInfo,
     ProcessOutput,
+    PtySize,
     ReadResult,
     RunResult,
     SandboxInfo,
@@ -82,6 +85,7 @@ if not TYPE_CHECKING:  # hidden from a type checker, which would take any name a
 
 
 __all__ = [
+    "PIPE",
     "AuthenticationError",
     "BaseSandbox",
     "DirectoryListing",
@@ -108,6 +112,7 @@ __all__ = [
     "ProcessNotFoundError",
     "ProcessOutput",
     "ProviderUnavailableError",
+    "PtySize",
     "RateLimitedError",
     "ReadResult",
     "ResourceLimits",
@@ -124,6 +129,7 @@ __all__ = [
     "SandboxProvider",
     "SandboxRuntimeError",
     "SandboxTimeoutError",
+    "StdinClosedError",
     "StreamEvent",
     "TransferFailedError",
     "TransferResults",

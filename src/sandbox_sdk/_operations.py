@@ -79,8 +79,10 @@ from sandbox_sdk._process import (
     list_processes,
     pieces,
     spawn_args,
+    text_sink,
 )
 from sandbox_sdk.models import (
+    PIPE,
     TIMEOUT_EXIT_CODE,
     DirectoryTransferResult,
     EditResult,
@@ -90,8 +92,10 @@ from sandbox_sdk.models import (
     GlobResult,
     GrepResult,
     ProcessInfo,
+    PtySize,
     ReadResult,
     RunResult,
+    Stdin,
     StreamEvent,
     StreamName,
     WriteResult,
@@ -150,7 +154,7 @@ class SandboxOperations(SandboxCore):
         spec = command_of(command, cwd, env, stdin, timeout)
         if on_stdout is None and on_stderr is None:
             return (yield from _run_foreground(self, spec))
-        return (yield from _streamed(self, spec, _text_sink(on_stdout, on_stderr)))
+        return (yield from _streamed(self, spec, text_sink(on_stdout, on_stderr)))
 
     def _op_start(
         self,
@@ -158,14 +162,31 @@ class SandboxOperations(SandboxCore):
         *,
         cwd: PathArg | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: str | bytes | None = None,
+        stdin: str | bytes | Stdin | None = None,
+        pty: PtySize | None = None,
     ) -> Operation[Process]:
         """Start a background command that outlives the call, in a process
         group of its own, its output kept in the sandbox; the
         :class:`~sandbox_sdk.process.Process` reads, waits for and kills it
-        (from any client: see :meth:`process`)."""
-        spec = command_of(command, cwd, env, stdin, None)
-        record = yield from spawn(self, spec)
+        (from any client: see :meth:`process`). ``stdin`` is data, or
+        :data:`~sandbox_sdk.PIPE` to write it later (``write_stdin``,
+        ``close_stdin``). With ``pty`` the command runs on a terminal of
+        that size (``TERM=xterm-256color`` unless ``env`` sets it): its output
+        is one stream, ``stdout``, and ``write_stdin`` types into it."""
+        extra: dict[str, Any] = {}
+        if pty is not None:
+            if not isinstance(pty, PtySize):
+                raise errors.InvalidArgumentError(f"pty must be a PtySize, not {type(pty).__name__}")
+            if stdin not in (None, PIPE):
+                raise errors.InvalidArgumentError(
+                    "a process on a terminal reads the terminal: pass no stdin data"
+                )
+            env = {"TERM": "xterm-256color", **(env or {})}
+            extra = {"input": "pty", "rows": pty.rows, "cols": pty.cols}
+        elif stdin is PIPE:
+            extra = {"input": "pipe"}
+        spec = command_of(command, cwd, env, None if stdin is PIPE else stdin, None)
+        record = yield from spawn(self, spec, extra)
         return Process(self, record.pid, spec.command, record.handle)
 
     def _op_processes(self) -> Operation[list[ProcessInfo]]:
@@ -230,7 +251,8 @@ class SandboxOperations(SandboxCore):
         record = yield from spawn(self, command)
         try:
             keep = self.limits.max_output_bytes if keep_output else 0
-            result = yield from Follower(self, record).to_end(sink, keep=keep)
+            placed = Follower(self, record).to_end(lambda stream, data, _: sink(stream, data), keep=keep)
+            result = yield from placed
         except BaseException as exc:
             if can_clean_up(exc):
                 yield from end_quietly(self, record)
@@ -611,29 +633,16 @@ def _run_foreground(sandbox: SandboxCore, command: Command) -> Operation[RunResu
     return collected.result(value["exit_code"], value["timed_out"], truncated=value["truncated"])
 
 
-def spawn(sandbox: SandboxCore, command: Command) -> Operation[Record]:
-    """Start ``command`` detached (``remote/proc.py``'s ``spawn``); its record."""
-    args = {**spawn_args(sandbox), "timeout": command.timeout}
+def spawn(
+    sandbox: SandboxCore, command: Command, extra: Mapping[str, Any] | None = None
+) -> Operation[Record]:
+    """Start ``command`` detached (``remote/proc.py``'s ``spawn``, with
+    ``extra`` arguments: its input); its record."""
+    args = {**spawn_args(sandbox), "timeout": command.timeout, **(extra or {})}
     reply = yield from command_call(sandbox, SPAWN, command, args, timeout=CLEANUP_TIMEOUT)
     if reply is None:
         raise errors.SandboxTimeoutError("starting the process timed out")
     return Record(reply[0]["pid"], reply[0]["handle"])
-
-
-def _text_sink(
-    on_stdout: Callable[[str], object] | None, on_stderr: Callable[[str], object] | None
-) -> OutputSink:
-    """The sink that hands each stream's text to its callback."""
-    decoders = Decoders()
-    callbacks = {"stdout": on_stdout, "stderr": on_stderr}
-
-    def sink(stream: StreamName, data: bytes) -> None:
-        callback = callbacks[stream]
-        text = decoders.text(stream, data)
-        if callback is not None and text:
-            callback(text)
-
-    return sink
 
 
 def _streamed(

@@ -109,6 +109,11 @@ class ProcessNotFoundError(SandboxError, LookupError):
     """No process with this pid was started in the sandbox (or its record is gone)."""
 
 
+class StdinClosedError(SandboxError, BrokenPipeError):
+    """A process's stdin cannot be written: it was started without
+    ``stdin=PIPE`` (or a ``pty``), its stdin was closed, or it has ended."""
+
+
 class ProviderUnavailableError(SandboxError):
     """The provider cannot be used here: a missing tool, SDK or service."""
 

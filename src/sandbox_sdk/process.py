@@ -7,9 +7,10 @@ declared in ``sandbox_sdk._process``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from signal import SIGTERM
 
-from sandbox_sdk._process import ProcessOperations
+from sandbox_sdk._process import ProcessOperations, StdinData
 from sandbox_sdk.models import ProcessOutput, RunResult
 
 
@@ -55,6 +56,81 @@ class Process(ProcessOperations):
         :class:`~sandbox_sdk.errors.SandboxTimeoutError` if it is still running
         after ``timeout`` seconds (it keeps running)."""
         return await self._adrive(self._op_wait(timeout))
+
+    def write_stdin(self, data: StdinData) -> None:
+        """Write ``data`` (text as UTF-8, bytes, or a binary file object read
+        a chunk at a time) to the stdin of a process started with
+        ``stdin=PIPE`` or a ``pty``: in order, in as many round trips as its
+        size needs; if the process has 16 MiB unread, this waits for it to
+        read, as a write to a full pipe does. Raises
+        :class:`~sandbox_sdk.errors.StdinClosedError` if the process has no
+        such stdin, its stdin was closed, or it has ended."""
+        return self._drive(self._op_write_stdin(data))
+
+    async def awrite_stdin(self, data: StdinData) -> None:
+        """Async twin of :meth:`write_stdin`: write ``data`` (text as UTF-8, bytes,
+        or a binary file object read a chunk at a time) to the stdin of a
+        process started with ``stdin=PIPE`` or a ``pty``: in order, in as many
+        round trips as its size needs; if the process has 16 MiB unread, this
+        waits for it to read, as a write to a full pipe does. Raises
+        :class:`~sandbox_sdk.errors.StdinClosedError` if the process has no such
+        stdin, its stdin was closed, or it has ended."""
+        return await self._adrive(self._op_write_stdin(data))
+
+    def close_stdin(self) -> None:
+        """Close the process's stdin once all that was written is read: the
+        process reads an end of file (on a terminal, it gets Ctrl-D).
+        :class:`~sandbox_sdk.errors.StdinClosedError` if it was closed already."""
+        return self._drive(self._op_close_stdin())
+
+    async def aclose_stdin(self) -> None:
+        """Async twin of :meth:`close_stdin`: close the process's stdin once all
+        that was written is read: the process reads an end of file (on a
+        terminal, it gets Ctrl-D). :class:`~sandbox_sdk.errors.StdinClosedError`
+        if it was closed already."""
+        return await self._adrive(self._op_close_stdin())
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Set the window size of a process's terminal (``start(pty=...)``);
+        its foreground program gets SIGWINCH. ``InvalidArgumentError`` for a
+        process without a terminal."""
+        return self._drive(self._op_resize(rows, cols))
+
+    async def aresize(self, rows: int, cols: int) -> None:
+        """Async twin of :meth:`resize`: set the window size of a process's
+        terminal (``start(pty=...)``); its foreground program gets SIGWINCH.
+        ``InvalidArgumentError`` for a process without a terminal."""
+        return await self._adrive(self._op_resize(rows, cols))
+
+    def follow(
+        self,
+        since: int = 0,
+        *,
+        on_stdout: Callable[[str], object] | None = None,
+        on_stderr: Callable[[str], object] | None = None,
+    ) -> RunResult:
+        """Follow the process live from position ``since`` of its merged
+        output (0: its start) to its exit, calling ``on_stdout`` /
+        ``on_stderr`` with text as it arrives, with the long polls of ``run``
+        with callbacks; the output followed (up to ``max_output_bytes``) and
+        the exit status. Interrupted, it stops following: the process, which
+        it did not start, keeps running."""
+        return self._drive(self._op_follow(since, on_stdout=on_stdout, on_stderr=on_stderr))
+
+    async def afollow(
+        self,
+        since: int = 0,
+        *,
+        on_stdout: Callable[[str], object] | None = None,
+        on_stderr: Callable[[str], object] | None = None,
+    ) -> RunResult:
+        """Async twin of :meth:`follow`: follow the process live from position
+        ``since`` of its merged output (0: its start) to its exit, calling
+        ``on_stdout`` / ``on_stderr`` with text as it arrives, with the long
+        polls of ``run`` with callbacks; the output followed (up to
+        ``max_output_bytes``) and the exit status. Interrupted, it stops
+        following: the process, which it did not start, keeps running."""
+        return await self._adrive(self._op_follow(since, on_stdout=on_stdout, on_stderr=on_stderr))
 
     def kill(self, signal: int = SIGTERM) -> None:
         """Send ``signal`` to the process's whole group. With SIGTERM (the
