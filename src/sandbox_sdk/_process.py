@@ -24,7 +24,7 @@ from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Mappi
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from signal import SIGKILL, SIGTERM
-from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors, protocol
@@ -260,9 +260,16 @@ def event_sink(events: deque[StreamEvent]) -> PlacedSink:
     return sink
 
 
+class Readable(Protocol):
+    """What ``write_stdin`` reads a large input from: a binary file object,
+    or anything whose ``read(size)`` gives up to ``size`` bytes (``b""`` at the end)."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
 #: What ``write_stdin`` takes: text (as UTF-8), bytes, or a binary file
-#: object read a chunk at a time.
-StdinData = str | bytes | bytearray | memoryview | BinaryIO
+#: object (any :class:`Readable`) read a chunk at a time.
+StdinData = str | bytes | bytearray | memoryview | Readable
 
 
 def stdin_chunks(data: StdinData, size: int) -> Iterator[bytes]:
@@ -273,12 +280,11 @@ def stdin_chunks(data: StdinData, size: int) -> Iterator[bytes]:
         for start in range(0, len(view), size):
             yield bytes(view[start : start + size])
         return
-    read = getattr(data, "read", None)
-    if not callable(read):
+    if not callable(getattr(data, "read", None)):
         raise errors.InvalidArgumentError(
             f"data must be str, bytes or a binary file object, not {type(data).__name__}"
         )
-    while chunk := read(size):
+    while chunk := data.read(size):
         if not isinstance(chunk, bytes | bytearray):
             raise errors.InvalidArgumentError(f"data's read() gave {type(chunk).__name__}, not bytes")
         yield bytes(chunk)

@@ -121,6 +121,7 @@ class BaseSandbox(SandboxOperations):
         env: Mapping[str, str] | None = None,
         stdin: str | bytes | Stdin | None = None,
         pty: PtySize | None = None,
+        timeout: float | None = None,
     ) -> Process:
         """Start a background command that outlives the call, in a process
         group of its own, its output kept in the sandbox; the
@@ -129,8 +130,10 @@ class BaseSandbox(SandboxOperations):
         :data:`~sandbox_sdk.PIPE` to write it later (``write_stdin``,
         ``close_stdin``). With ``pty`` the command runs on a terminal of
         that size (``TERM=xterm-256color`` unless ``env`` sets it): its output
-        is one stream, ``stdout``, and ``write_stdin`` types into it."""
-        return self._drive(self._op_start(command, cwd=cwd, env=env, stdin=stdin, pty=pty))
+        is one stream, ``stdout``, and ``write_stdin`` types into it. With
+        ``timeout`` (seconds) its group is killed then, and it exits 124 with
+        ``timed_out``."""
+        return self._drive(self._op_start(command, cwd=cwd, env=env, stdin=stdin, pty=pty, timeout=timeout))
 
     async def astart(
         self,
@@ -140,6 +143,7 @@ class BaseSandbox(SandboxOperations):
         env: Mapping[str, str] | None = None,
         stdin: str | bytes | Stdin | None = None,
         pty: PtySize | None = None,
+        timeout: float | None = None,
     ) -> Process:
         """Async twin of :meth:`start`: start a background command that outlives
         the call, in a process group of its own, its output kept in the sandbox;
@@ -148,8 +152,11 @@ class BaseSandbox(SandboxOperations):
         :data:`~sandbox_sdk.PIPE` to write it later (``write_stdin``,
         ``close_stdin``). With ``pty`` the command runs on a terminal of that
         size (``TERM=xterm-256color`` unless ``env`` sets it): its output is one
-        stream, ``stdout``, and ``write_stdin`` types into it."""
-        return await self._adrive(self._op_start(command, cwd=cwd, env=env, stdin=stdin, pty=pty))
+        stream, ``stdout``, and ``write_stdin`` types into it. With ``timeout``
+        (seconds) its group is killed then, and it exits 124 with ``timed_out``."""
+        return await self._adrive(
+            self._op_start(command, cwd=cwd, env=env, stdin=stdin, pty=pty, timeout=timeout)
+        )
 
     def processes(self) -> list[ProcessInfo]:
         """The background processes this sandbox knows, running or ended

@@ -87,6 +87,19 @@ class StreamEvent(_Model):
     )
 
 
+class FileEvent(_Model):
+    """One change ``BaseSandbox.watch`` saw (docs/watch.md): ``created``,
+    ``modified``, ``deleted``, or ``moved`` (to ``dest``), coalesced per path
+    over the debounce; first ``watching`` (with the ``method``: ``inotify``,
+    or ``polling`` where inotify cannot be had), and ``overflow`` where the
+    kernel dropped events (the tree may have changed in ways not reported)."""
+
+    kind: Literal["watching", "created", "modified", "deleted", "moved", "overflow"]
+    path: str = Field(description="the path that changed (its source for moved), decoded as os.fsdecode does")
+    dest: str | None = Field(default=None, description="where a moved path went")
+    method: Literal["inotify", "polling"] | None = Field(default=None, description="of the watching event")
+
+
 class Stdin(enum.Enum):
     """What ``start(stdin=...)`` takes besides data: :data:`PIPE`."""
 

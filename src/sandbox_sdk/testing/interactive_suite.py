@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import posixpath
 import random
 import time
 import tracemalloc
@@ -255,3 +256,71 @@ class InteractiveChecks(SandboxSuite):
         result = process.wait(timeout=OUTPUT_SECONDS)
         assert result.exit_code == 0
         assert result.stdout.replace("\r\n", "\n").endswith("line\nline\nbye\n")
+
+    # -- watch -------------------------------------------------------------------------
+
+    def test_watch_reports_a_thousand_files_created_modified_moved_and_deleted(
+        self, sandbox: BaseSandbox, workdir: str
+    ) -> None:
+        """Each phase is done in one command and waited for, as changes to one
+        path within the debounce are coalesced (created then deleted is nothing)."""
+        watched = self.p(workdir, "watched")
+        sandbox.mkdir(self.p(watched, "into"))
+        names = {self.p(watched, f"f{i}") for i in range(1000)}
+        moved = {self.p(watched, "into", f"f{i}") for i in range(1000)}
+        events = sandbox.watch(watched)
+        try:
+            first = next(events)
+            assert (first.kind, first.path, first.method) == ("watching", watched, "inotify")
+            phases = [
+                ("for i in $(seq 0 999); do : > f$i; done", "created", names),
+                ("for i in $(seq 0 999); do echo more >> f$i; done", "modified", names),
+                ("for i in $(seq 0 999); do mv f$i into/; done", "moved", names),
+                ("rm into/*", "deleted", moved),
+            ]
+            for command, kind, expected in phases:
+                assert sandbox.run(command, cwd=watched).exit_code == 0
+                seen: set[str] = set()
+                deadline = time.monotonic() + OUTPUT_SECONDS
+                while not expected <= seen:
+                    event = next(events)
+                    assert time.monotonic() < deadline, (kind, len(seen))
+                    if event.kind == kind:
+                        seen.add(event.path)
+                        if kind == "moved":
+                            assert event.dest == self.p(watched, "into", posixpath.basename(event.path))
+        finally:
+            events.close()
+
+    def test_closing_a_watch_ends_its_watcher(self, sandbox: BaseSandbox, workdir: str) -> None:
+        before = {info.pid for info in sandbox.processes()}
+        events = sandbox.watch(workdir, recursive=False)
+        assert next(events).kind == "watching"
+        (watcher,) = [info.pid for info in sandbox.processes() if info.running and info.pid not in before]
+        events.close()
+        assert sandbox.process(watcher).poll() is not None  # the close returns once it is killed
+
+    @pytest.mark.asyncio
+    async def test_async_watch_sees_a_new_file_and_cancellation_ends_it(
+        self, sandbox: BaseSandbox, workdir: str
+    ) -> None:
+        before = {info.pid for info in await sandbox.aprocesses()}
+        target = self.p(workdir, "async.txt")
+        with anyio.fail_after(OUTPUT_SECONDS):
+            async with contextlib.aclosing(sandbox.awatch(workdir)) as events:
+                async for event in events:
+                    if event.kind == "watching":
+                        await sandbox.awrite(target, "new")
+                    elif (event.kind, event.path) == ("created", target):
+                        break
+        started = [info for info in await sandbox.aprocesses() if info.pid not in before]
+        assert [info.running for info in started] == [False]
+
+    def test_watching_what_is_not_a_directory_is_refused(self, sandbox: BaseSandbox, workdir: str) -> None:
+        sandbox.write(self.p(workdir, "file"), "x")
+        with pytest.raises(errors.SandboxNotADirectoryError):
+            next(sandbox.watch(self.p(workdir, "file")))
+        with pytest.raises(errors.SandboxFileNotFoundError):
+            next(sandbox.watch(self.p(workdir, "missing")))
+        with pytest.raises(errors.InvalidArgumentError):
+            next(sandbox.watch(workdir, debounce=0))
