@@ -812,6 +812,9 @@ def launch(
                 posix.set_inheritable(source, True)
             for number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):  # Python ignores the first two
                 signal.signal(number, signal.SIG_DFL)
+            if terminal:  # the keys' signals reach the program even if whoever started us ignored them
+                for number in (signal.SIGINT, signal.SIGQUIT):  # (a shell does so for a command run with &)
+                    signal.signal(number, signal.SIG_DFL)
             if isinstance(program, list):
                 os.execvpe(program[0], program, env)
             os.execvpe(b"bash", [b"bash", b"-c", script], env)
