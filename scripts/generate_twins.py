@@ -87,12 +87,14 @@ from the flows declared in ``sandbox_sdk._provider_flows``.""",
         generated_class="Process",
         docstring="""A background command in a sandbox, from ``BaseSandbox.start`` or
 ``BaseSandbox.process(pid)``: ``pid`` (also its process group's id),
-``command``, and ``poll``, ``read``, ``wait``, ``kill`` with their async
-twins ``apoll``, ``aread``, ``await_``, ``akill``. Its state lives in the
-sandbox, so any client can reattach to it. See docs/processes.md.""",
+``command``, and ``poll``, ``read``, ``wait``, ``kill``, ``write_stdin``,
+``close_stdin``, ``resize`` and ``follow``, each with its async twin
+(``a<name>``; ``await_`` for ``wait``), and ``stream`` / ``astream``. Its
+state lives in the sandbox, so any client can reattach to it. See
+docs/processes.md.""",
         module_docstring="""``Process``: a background command in a sandbox, with async twins
-(``apoll``, ``aread``, ``await_``, ``akill``), from the operations
-declared in ``sandbox_sdk._process``.""",
+(``apoll``, ``aread``, ``await_``, ``akill``, ``awrite_stdin``, ...), from
+the operations declared in ``sandbox_sdk._process``.""",
         async_names=(("wait", "await_"),),
     ),
 ]

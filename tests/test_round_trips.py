@@ -1,12 +1,16 @@
-"""Every file operation costs exactly one execute() round trip."""
+"""Every file operation costs exactly one execute() round trip; an idle
+follower (a terminal, a watch) one per long-poll wait."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from sandbox_sdk import PtySize
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.recording import RecordingSandbox
 
@@ -63,3 +67,41 @@ def test_hundred_small_files_pack_into_few_round_trips(sandbox: RecordingSandbox
     downloaded = sandbox.download_files([path for path, _ in files])
     assert [r.content for r in downloaded] == [data for _, data in files]
     assert len(sandbox.reset()) <= 2
+
+
+#: Seconds an idle follower is watched for in the idle tests below.
+IDLE_WINDOW = 6.0
+
+
+def idle_round_trips(sandbox: RecordingSandbox, events: Iterator[Any], wake: Callable[[], Any]) -> float:
+    """Round trips per long-poll wait while ``events`` (past its first item)
+    waits on an idle process, over :data:`IDLE_WINDOW`; ``wake`` then makes
+    the next item come, so the follower's thread ends."""
+    next(events)
+    sandbox.reset()
+    follower = threading.Thread(target=lambda: next(events))
+    follower.start()
+    started = time.monotonic()
+    time.sleep(IDLE_WINDOW)  # the window measured, not a wait for a condition
+    trips = len(sandbox.reset())
+    elapsed = time.monotonic() - started
+    wake()
+    follower.join(timeout=60)
+    return trips / (elapsed / sandbox.limits.process_poll_wait)
+
+
+def test_an_idle_terminal_costs_a_round_trip_per_poll_wait(sandbox: RecordingSandbox) -> None:
+    process = sandbox.start("cat", pty=PtySize())
+    try:
+        process.write_stdin("first\n")
+        assert idle_round_trips(sandbox, process.stream(), lambda: process.write_stdin("wake\n")) <= 1.5
+    finally:
+        process.kill()
+
+
+def test_an_idle_watch_costs_a_round_trip_per_poll_wait(sandbox: RecordingSandbox) -> None:
+    events = sandbox.watch("dir")
+    try:
+        assert idle_round_trips(sandbox, events, lambda: sandbox.write("dir/wake", "x")) <= 1.5
+    finally:
+        events.close()

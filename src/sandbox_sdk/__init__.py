@@ -37,17 +37,20 @@ from sandbox_sdk.errors import (
     SandboxTimeoutError,
     SnapshotDamagedError,
     SnapshotNotFoundError,
+    StdinClosedError,
     TransferFailedError,
     UnmanagedSandboxError,
     UnsupportedError,
 )
 from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import (
+    PIPE,
     DirectoryListing,
     DirectoryTransferResult,
     EditResult,
     ExecuteResponse,
     FileDownloadResponse,
+    FileEvent,
     FileInfo,
     FileUploadResponse,
     GlobResult,
@@ -55,6 +58,7 @@ from sandbox_sdk.models import (
     GrepResult,
     ProcessInfo,
     ProcessOutput,
+    PtySize,
     ReadResult,
     RunResult,
     SandboxInfo,
@@ -93,6 +97,7 @@ if not TYPE_CHECKING:  # hidden from a type checker, which would take any name a
 
 
 __all__ = [
+    "PIPE",
     "AuthenticationError",
     "BaseSandbox",
     "DirectoryListing",
@@ -104,6 +109,7 @@ __all__ = [
     "EditResult",
     "ExecuteResponse",
     "FileDownloadResponse",
+    "FileEvent",
     "FileInfo",
     "FileUploadResponse",
     "FsspecSnapshotStore",
@@ -122,6 +128,7 @@ __all__ = [
     "ProcessNotFoundError",
     "ProcessOutput",
     "ProviderUnavailableError",
+    "PtySize",
     "RateLimitedError",
     "ReadResult",
     "ResourceLimits",
@@ -143,6 +150,7 @@ __all__ = [
     "SnapshotEntry",
     "SnapshotNotFoundError",
     "SnapshotStore",
+    "StdinClosedError",
     "StreamEvent",
     "TransferFailedError",
     "TransferResults",

@@ -24,9 +24,12 @@ import json
 import os
 import shlex
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from importlib import resources
+from signal import SIGKILL
 from typing import Any, BinaryIO, Self, TypeVar
 
+import anyio
 import anyio.to_thread
 
 from sandbox_sdk import _kernel as kernel
@@ -81,19 +84,24 @@ from sandbox_sdk._process import (
     list_processes,
     pieces,
     spawn_args,
+    text_sink,
 )
 from sandbox_sdk.models import (
+    PIPE,
     TIMEOUT_EXIT_CODE,
     DirectoryTransferResult,
     EditResult,
     FileDownloadResponse,
+    FileEvent,
     FileInfo,
     FileUploadResponse,
     GlobResult,
     GrepResult,
     ProcessInfo,
+    PtySize,
     ReadResult,
     RunResult,
+    Stdin,
     StreamEvent,
     StreamName,
     WriteResult,
@@ -121,6 +129,8 @@ GREP_LINE_BYTES = 1000
 #: workspace's packages, a patched dependency), which a default must not
 #: leave out of a result without a word.
 GREP_EXCLUDE_DIRS: tuple[str, ...] = (".git",)
+#: Seconds of quiet ``watch`` waits for before it reports a batch of changes.
+WATCH_DEBOUNCE = 0.1
 
 
 class SandboxOperations(SandboxCore):
@@ -153,7 +163,7 @@ class SandboxOperations(SandboxCore):
         spec = command_of(command, cwd, env, stdin, timeout)
         if on_stdout is None and on_stderr is None:
             return (yield from _run_foreground(self, spec))
-        return (yield from _streamed(self, spec, _text_sink(on_stdout, on_stderr)))
+        return (yield from _streamed(self, spec, text_sink(on_stdout, on_stderr)))
 
     def _op_start(
         self,
@@ -161,14 +171,34 @@ class SandboxOperations(SandboxCore):
         *,
         cwd: PathArg | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: str | bytes | None = None,
+        stdin: str | bytes | Stdin | None = None,
+        pty: PtySize | None = None,
+        timeout: float | None = None,
     ) -> Operation[Process]:
         """Start a background command that outlives the call, in a process
         group of its own, its output kept in the sandbox; the
         :class:`~sandbox_sdk.process.Process` reads, waits for and kills it
-        (from any client: see :meth:`process`)."""
-        spec = command_of(command, cwd, env, stdin, None)
-        record = yield from spawn(self, spec)
+        (from any client: see :meth:`process`). ``stdin`` is data, or
+        :data:`~sandbox_sdk.PIPE` to write it later (``write_stdin``,
+        ``close_stdin``). With ``pty`` the command runs on a terminal of
+        that size (``TERM=xterm-256color`` unless ``env`` sets it): its output
+        is one stream, ``stdout``, and ``write_stdin`` types into it. With
+        ``timeout`` (seconds) its group is killed then, and it exits 124 with
+        ``timed_out``."""
+        extra: dict[str, Any] = {}
+        if pty is not None:
+            if not isinstance(pty, PtySize):
+                raise errors.InvalidArgumentError(f"pty must be a PtySize, not {type(pty).__name__}")
+            if stdin not in (None, PIPE):
+                raise errors.InvalidArgumentError(
+                    "a process on a terminal reads the terminal: pass no stdin data"
+                )
+            env = {"TERM": "xterm-256color", **(env or {})}
+            extra = {"input": "pty", "rows": pty.rows, "cols": pty.cols}
+        elif stdin is PIPE:
+            extra = {"input": "pipe"}
+        spec = command_of(command, cwd, env, None if stdin is PIPE else stdin, timeout)
+        record = yield from spawn(self, spec, extra)
         return Process(self, record.pid, spec.command, record.handle)
 
     def _op_processes(self) -> Operation[list[ProcessInfo]]:
@@ -219,6 +249,43 @@ class SandboxOperations(SandboxCore):
             async for event in iterator:
                 yield event
 
+    def watch(
+        self, path: PathArg, *, recursive: bool = True, debounce: float = WATCH_DEBOUNCE
+    ) -> Generator[FileEvent, None, None]:
+        """Changes under directory ``path`` as :class:`~sandbox_sdk.models.FileEvent`
+        s, as they happen, until the iterator is closed (which ends the
+        watcher in the sandbox): a background process (inotify, else
+        polling, said in the first event) followed by long polls. Events
+        within ``debounce`` seconds of each other are coalesced per path
+        (docs/watch.md)."""
+        command = _watcher_command(self._drive(self._op_stat(path)), recursive, debounce)
+        process = self._drive(self._op_start(command))
+        lines = _Lines()
+        try:
+            for event in process.stream():
+                yield from lines.events(event)
+        finally:
+            with contextlib.suppress(errors.SandboxError):
+                process.kill(SIGKILL)
+
+    async def awatch(
+        self, path: PathArg, *, recursive: bool = True, debounce: float = WATCH_DEBOUNCE
+    ) -> AsyncGenerator[FileEvent, None]:
+        """Async twin of :meth:`watch` (``async for event in sandbox.awatch(path)``).
+        Close it when you leave the loop early (``contextlib.aclosing``), so
+        the watcher ends at once rather than when the iterator is collected."""
+        command = _watcher_command(await self._adrive(self._op_stat(path)), recursive, debounce)
+        process = await self._adrive(self._op_start(command))
+        lines = _Lines()
+        try:
+            async with contextlib.aclosing(process.astream()) as stream:
+                async for event in stream:
+                    for change in lines.events(event):
+                        yield change
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(errors.SandboxError):
+                await process.akill(SIGKILL)
+
     def _stream_command(
         self, command: Command, sink: OutputSink, *, keep_output: bool = True
     ) -> Operation[RunResult]:
@@ -233,7 +300,8 @@ class SandboxOperations(SandboxCore):
         record = yield from spawn(self, command)
         try:
             keep = self.limits.max_output_bytes if keep_output else 0
-            result = yield from Follower(self, record).to_end(sink, keep=keep)
+            placed = Follower(self, record).to_end(lambda stream, data, _: sink(stream, data), keep=keep)
+            result = yield from placed
         except BaseException as exc:
             if can_clean_up(exc):
                 yield from end_quietly(self, record)
@@ -684,29 +752,16 @@ def _run_foreground(sandbox: SandboxCore, command: Command) -> Operation[RunResu
     return collected.result(value["exit_code"], value["timed_out"], truncated=value["truncated"])
 
 
-def spawn(sandbox: SandboxCore, command: Command) -> Operation[Record]:
-    """Start ``command`` detached (``remote/proc.py``'s ``spawn``); its record."""
-    args = {**spawn_args(sandbox), "timeout": command.timeout}
+def spawn(
+    sandbox: SandboxCore, command: Command, extra: Mapping[str, Any] | None = None
+) -> Operation[Record]:
+    """Start ``command`` detached (``remote/proc.py``'s ``spawn``, with
+    ``extra`` arguments: its input); its record."""
+    args = {**spawn_args(sandbox), "timeout": command.timeout, **(extra or {})}
     reply = yield from command_call(sandbox, SPAWN, command, args, timeout=CLEANUP_TIMEOUT)
     if reply is None:
         raise errors.SandboxTimeoutError("starting the process timed out")
     return Record(reply[0]["pid"], reply[0]["handle"])
-
-
-def _text_sink(
-    on_stdout: Callable[[str], object] | None, on_stderr: Callable[[str], object] | None
-) -> OutputSink:
-    """The sink that hands each stream's text to its callback."""
-    decoders = Decoders()
-    callbacks = {"stdout": on_stdout, "stderr": on_stderr}
-
-    def sink(stream: StreamName, data: bytes) -> None:
-        callback = callbacks[stream]
-        text = decoders.text(stream, data)
-        if callback is not None and text:
-            callback(text)
-
-    return sink
 
 
 def _streamed(
@@ -734,6 +789,37 @@ def _stream(sandbox: SandboxOperations, command: Command, events: deque[StreamEv
 
     result = yield from _streamed(sandbox, command, sink, keep_output=False)
     events.append(StreamEvent(kind="exit", exit_code=result.exit_code, timed_out=result.timed_out))
+
+
+def _watcher_command(directory: FileInfo, recursive: bool, debounce: object) -> list[str]:
+    """The argument vector of ``remote/_watcher.py`` watching ``directory``."""
+    if directory.type != "dir":
+        raise errors.SandboxNotADirectoryError(f"{directory.path} is not a directory: watch takes one")
+    if isinstance(debounce, bool) or not isinstance(debounce, int | float) or not 0 < debounce <= 60:
+        raise errors.InvalidArgumentError(f"debounce must be seconds from above 0 to 60, not {debounce!r}")
+    source = resources.files("sandbox_sdk.remote").joinpath("_watcher.py").read_text("utf-8")
+    flag = "1" if check_flag("recursive", recursive) else "0"
+    return ["python3", "-I", "-S", "-c", source, directory.path, flag, repr(float(debounce))]
+
+
+class _Lines:
+    """The watcher's stdout as events: whole JSON lines, a partial one kept for the next piece."""
+
+    def __init__(self) -> None:
+        self.partial = ""
+
+    def events(self, event: StreamEvent) -> Iterator[FileEvent]:
+        if event.kind == "exit":
+            if event.exit_code not in (0, None):
+                raise errors.SandboxRuntimeError(
+                    f"the watcher in the sandbox ended with status {event.exit_code}"
+                )
+            return
+        if event.kind != "stdout":
+            return
+        *lines, self.partial = (self.partial + event.text).split("\n")
+        for line in lines:
+            yield FileEvent.model_validate_json(line)
 
 
 def _env_key(key: object) -> bytes:

@@ -16,18 +16,37 @@ See docs/processes.md.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import hashlib
 import time
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from signal import SIGKILL, SIGTERM
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from sandbox_sdk import _kernel as kernel
 from sandbox_sdk import errors, protocol
-from sandbox_sdk._calls import FOLLOW, FORGET, PROCESSES, SIGNAL
-from sandbox_sdk._core import CLEANUP_TIMEOUT, Operation, PathArg, SandboxCore, check_int, check_timeout
-from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ProcessInfo, ProcessOutput, RunResult, StreamName
+from sandbox_sdk._calls import FEED, FOLLOW, FORGET, PROCESSES, RESIZE, SIGNAL
+from sandbox_sdk._core import (
+    CLEANUP_TIMEOUT,
+    Operation,
+    PathArg,
+    SandboxCore,
+    check_int,
+    check_timeout,
+    to_bytes,
+)
+from sandbox_sdk.models import (
+    TIMEOUT_EXIT_CODE,
+    ProcessInfo,
+    ProcessOutput,
+    PtySize,
+    RunResult,
+    StreamEvent,
+    StreamName,
+)
 
 if TYPE_CHECKING:
     from sandbox_sdk.remote.proc import FollowReply, ProcessEntry
@@ -38,6 +57,9 @@ T = TypeVar("T")
 #: What a detached command's output is handed to, piece by piece: the stream
 #: (``"stdout"`` or ``"stderr"``) and the bytes, as they arrive.
 OutputSink = Callable[[StreamName, bytes], None]
+#: What a followed process's output is handed to: as an ``OutputSink``,
+#: with the position in the merged output after the piece.
+PlacedSink = Callable[[StreamName, bytes, int], None]
 STREAMS: tuple[StreamName, StreamName] = ("stdout", "stderr")
 #: Seconds ``kill(SIGTERM)`` gives a group before SIGKILL.
 KILL_GRACE = 3.0
@@ -185,27 +207,106 @@ class Follower:
         return reply
 
     def to_end(
-        self, sink: OutputSink | None, deadline: float | None = None, *, keep: int
+        self, sink: PlacedSink | None, deadline: float | None = None, *, keep: int, since: int = 0
     ) -> Operation[RunResult]:
-        """Follow the process from its start to its exit, handing each piece
-        to ``sink``; the result keeps ``keep`` bytes of output at most.
-        Past ``deadline`` (a ``time.monotonic()``) it raises ``SandboxTimeoutError``."""
+        """Follow the process from position ``since`` of its merged output to
+        its exit, handing each piece to ``sink``; the result keeps ``keep``
+        bytes of output at most. Past ``deadline`` (a ``time.monotonic()``)
+        it raises ``SandboxTimeoutError``."""
         collected = Collected(keep)
-        since = 0
         while True:
             wait = self.limits.process_poll_wait
             if deadline is not None:
                 wait = min(wait, max(0.0, deadline - time.monotonic()))
             value, blobs = yield from self.poll(since, wait)
+            at = since
             for stream, data in pieces(value["order"], blobs):
                 collected.add(stream, data)
+                at += len(data)
                 if sink is not None:
-                    sink(stream, data)
+                    sink(stream, data, at)
             since = value["next"]
             if value["exit_code"] is not None:
                 return collected.result(value["exit_code"], value["timed_out"])
             if deadline is not None and time.monotonic() >= deadline and not value["more"]:
                 raise errors.SandboxTimeoutError(f"process {self.pid} is still running")
+
+
+def text_sink(
+    on_stdout: Callable[[str], object] | None, on_stderr: Callable[[str], object] | None
+) -> OutputSink:
+    """The sink that hands each stream's text to its callback."""
+    decoders = Decoders()
+    callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+
+    def sink(stream: StreamName, data: bytes) -> None:
+        callback = callbacks[stream]
+        text = decoders.text(stream, data)
+        if callback is not None and text:
+            callback(text)
+
+    return sink
+
+
+def event_sink(events: deque[StreamEvent]) -> PlacedSink:
+    """The sink that puts each piece of text in ``events``, with its position."""
+    decoders = Decoders()
+
+    def sink(stream: StreamName, data: bytes, at: int) -> None:
+        text = decoders.text(stream, data)
+        if text:
+            events.append(StreamEvent(kind=stream, text=text, next_offset=at))
+
+    return sink
+
+
+class Readable(Protocol):
+    """What ``write_stdin`` reads a large input from: a binary file object,
+    or anything whose ``read(size)`` gives up to ``size`` bytes (``b""`` at the end)."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
+#: What ``write_stdin`` takes: text (as UTF-8), bytes, or a binary file
+#: object (any :class:`Readable`) read a chunk at a time.
+StdinData = str | bytes | bytearray | memoryview | Readable
+
+
+def stdin_chunks(data: StdinData, size: int) -> Iterator[bytes]:
+    """``data`` in chunks of at most ``size`` bytes; a file object is read
+    one chunk at a time, so the client never holds more than one."""
+    if isinstance(data, str | bytes | bytearray | memoryview):
+        view = memoryview(to_bytes("data", data))
+        for start in range(0, len(view), size):
+            yield bytes(view[start : start + size])
+        return
+    if not callable(getattr(data, "read", None)):
+        raise errors.InvalidArgumentError(
+            f"data must be str, bytes or a binary file object, not {type(data).__name__}"
+        )
+    while chunk := data.read(size):
+        if not isinstance(chunk, bytes | bytearray):
+            raise errors.InvalidArgumentError(f"data's read() gave {type(chunk).__name__}, not bytes")
+        yield bytes(chunk)
+
+
+def feed_stdin(sandbox: SandboxCore, record: Record, data: StdinData, *, close: bool) -> Operation[None]:
+    """``data`` appended to the process's stdin (``remote/proc.py``'s
+    ``feed``), a chunk of what one command carries per round trip; a chunk
+    the sandbox had no room for yet (the process is not reading) is sent
+    again, each try a long poll. Then its stdin closed, with ``close``."""
+    wait = sandbox.limits.process_poll_wait
+    args = {**record.args(sandbox), "wait": wait, "close": False}
+    what = f"write to the stdin of process {record.pid}"
+    size = sandbox.limits.blob_capacity(FEED.op, {**args, "close": True}, sandbox.scratch_dir)
+    for chunk in stdin_chunks(data, size):
+        while True:
+            value, _ = yield from FEED(args, [chunk], what=what, timeout=wait + CLEANUP_TIMEOUT)
+            if value["written"] == len(chunk):
+                break
+    if close:
+        what = f"close the stdin of process {record.pid}"
+        yield from FEED({**args, "close": True}, [b""], what=what, timeout=wait + CLEANUP_TIMEOUT)
 
 
 def signal_group(sandbox: SandboxCore, record: Record, number: int) -> Operation[int | None]:
@@ -316,6 +417,81 @@ class ProcessOperations:
         deadline = None if seconds is None else time.monotonic() + seconds
         follower = Follower(self.sandbox, self._record)
         return (yield from follower.to_end(None, deadline, keep=self.sandbox.limits.max_output_bytes))
+
+    def _op_write_stdin(self, data: StdinData) -> Operation[None]:
+        """Write ``data`` (text as UTF-8, bytes, or a binary file object read
+        a chunk at a time) to the stdin of a process started with
+        ``stdin=PIPE`` or a ``pty``: in order, in as many round trips as its
+        size needs; if the process has 16 MiB unread, this waits for it to
+        read, as a write to a full pipe does. Raises
+        :class:`~sandbox_sdk.errors.StdinClosedError` if the process has no
+        such stdin, its stdin was closed, or it has ended."""
+        yield from feed_stdin(self.sandbox, self._record, data, close=False)
+
+    def _op_close_stdin(self) -> Operation[None]:
+        """Close the process's stdin once all that was written is read: the
+        process reads an end of file (on a terminal, it gets Ctrl-D).
+        :class:`~sandbox_sdk.errors.StdinClosedError` if it was closed already."""
+        yield from feed_stdin(self.sandbox, self._record, b"", close=True)
+
+    def _op_resize(self, rows: int, cols: int) -> Operation[None]:
+        """Set the window size of a process's terminal (``start(pty=...)``);
+        its foreground program gets SIGWINCH. ``InvalidArgumentError`` for a
+        process without a terminal."""
+        size = PtySize(rows=rows, cols=cols)
+        args = {
+            **self._record.args(self.sandbox),
+            "rows": size.rows,
+            "cols": size.cols,
+            "wait": CLEANUP_TIMEOUT,
+        }
+        yield from RESIZE(
+            args, what=f"resize the terminal of process {self.pid}", timeout=2 * CLEANUP_TIMEOUT
+        )
+
+    def _op_follow(
+        self,
+        since: int = 0,
+        *,
+        on_stdout: Callable[[str], object] | None = None,
+        on_stderr: Callable[[str], object] | None = None,
+    ) -> Operation[RunResult]:
+        """Follow the process live from position ``since`` of its merged
+        output (0: its start) to its exit, calling ``on_stdout`` /
+        ``on_stderr`` with text as it arrives, with the long polls of ``run``
+        with callbacks; the output followed (up to ``max_output_bytes``) and
+        the exit status. Interrupted, it stops following: the process, which
+        it did not start, keeps running."""
+        sink = text_sink(on_stdout, on_stderr)
+        follower = Follower(self.sandbox, self._record)
+        keep = self.sandbox.limits.max_output_bytes
+        since = check_int("since", since, 0)
+        return (
+            yield from follower.to_end(lambda stream, data, _: sink(stream, data), keep=keep, since=since)
+        )
+
+    def _events(self, since: object, events: deque[StreamEvent]) -> Operation[None]:
+        """``stream``'s operation: the events go to ``events`` as they come."""
+        follower = Follower(self.sandbox, self._record)
+        start = check_int("since", since, 0)
+        result = yield from follower.to_end(event_sink(events), keep=0, since=start)
+        events.append(StreamEvent(kind="exit", exit_code=result.exit_code, timed_out=result.timed_out))
+
+    def stream(self, since: int = 0) -> Generator[StreamEvent, None, None]:
+        """The process's output from position ``since`` as ``stdout`` /
+        ``stderr`` events (each with its ``next_offset``) while it runs, then
+        one ``exit`` event. Leaving the loop early stops following; the
+        process keeps running."""
+        events: deque[StreamEvent] = deque()
+        return kernel.iterate(self._events(since, events), self.sandbox._perform, events)
+
+    async def astream(self, since: int = 0) -> AsyncGenerator[StreamEvent, None]:
+        """Async twin of :meth:`stream` (``async for event in process.astream()``)."""
+        events: deque[StreamEvent] = deque()
+        iterator = kernel.aiterate(self._events(since, events), self.sandbox._aperform, events)
+        async with contextlib.aclosing(iterator):
+            async for event in iterator:
+                yield event
 
     def _op_kill(self, signal: int = SIGTERM) -> Operation[None]:
         """Send ``signal`` to the process's whole group. With SIGTERM (the

@@ -25,8 +25,10 @@ from sandbox_sdk.models import (
     GlobResult,
     GrepResult,
     ProcessInfo,
+    PtySize,
     ReadResult,
     RunResult,
+    Stdin,
     WriteResult,
 )
 from sandbox_sdk.process import Process
@@ -118,13 +120,21 @@ class BaseSandbox(SandboxOperations):
         *,
         cwd: PathArg | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: str | bytes | None = None,
+        stdin: str | bytes | Stdin | None = None,
+        pty: PtySize | None = None,
+        timeout: float | None = None,
     ) -> Process:
         """Start a background command that outlives the call, in a process
         group of its own, its output kept in the sandbox; the
         :class:`~sandbox_sdk.process.Process` reads, waits for and kills it
-        (from any client: see :meth:`process`)."""
-        return self._drive(self._op_start(command, cwd=cwd, env=env, stdin=stdin))
+        (from any client: see :meth:`process`). ``stdin`` is data, or
+        :data:`~sandbox_sdk.PIPE` to write it later (``write_stdin``,
+        ``close_stdin``). With ``pty`` the command runs on a terminal of
+        that size (``TERM=xterm-256color`` unless ``env`` sets it): its output
+        is one stream, ``stdout``, and ``write_stdin`` types into it. With
+        ``timeout`` (seconds) its group is killed then, and it exits 124 with
+        ``timed_out``."""
+        return self._drive(self._op_start(command, cwd=cwd, env=env, stdin=stdin, pty=pty, timeout=timeout))
 
     async def astart(
         self,
@@ -132,13 +142,22 @@ class BaseSandbox(SandboxOperations):
         *,
         cwd: PathArg | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: str | bytes | None = None,
+        stdin: str | bytes | Stdin | None = None,
+        pty: PtySize | None = None,
+        timeout: float | None = None,
     ) -> Process:
         """Async twin of :meth:`start`: start a background command that outlives
         the call, in a process group of its own, its output kept in the sandbox;
         the :class:`~sandbox_sdk.process.Process` reads, waits for and kills it
-        (from any client: see :meth:`process`)."""
-        return await self._adrive(self._op_start(command, cwd=cwd, env=env, stdin=stdin))
+        (from any client: see :meth:`process`). ``stdin`` is data, or
+        :data:`~sandbox_sdk.PIPE` to write it later (``write_stdin``,
+        ``close_stdin``). With ``pty`` the command runs on a terminal of that
+        size (``TERM=xterm-256color`` unless ``env`` sets it): its output is one
+        stream, ``stdout``, and ``write_stdin`` types into it. With ``timeout``
+        (seconds) its group is killed then, and it exits 124 with ``timed_out``."""
+        return await self._adrive(
+            self._op_start(command, cwd=cwd, env=env, stdin=stdin, pty=pty, timeout=timeout)
+        )
 
     def processes(self) -> list[ProcessInfo]:
         """The background processes this sandbox knows, running or ended

@@ -123,6 +123,11 @@ class UnsupportedError(SandboxError, NotImplementedError):
     say); the message names what and where to look (docs/policy.md)."""
 
 
+class StdinClosedError(SandboxError, BrokenPipeError):
+    """A process's stdin cannot be written: it was started without
+    ``stdin=PIPE`` (or a ``pty``), its stdin was closed, or it has ended."""
+
+
 class ProviderUnavailableError(SandboxError):
     """The provider cannot be used here: a missing tool, SDK or service."""
 

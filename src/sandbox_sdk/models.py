@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from sandbox_sdk import errors
 
 FileType = Literal["file", "dir", "symlink", "other"]
 
@@ -69,12 +73,61 @@ class ProcessInfo(_Model):
 
 
 class StreamEvent(_Model):
-    """One event of ``BaseSandbox.stream``: a piece of text on a stream, or the exit."""
+    """One event of ``BaseSandbox.stream`` or ``Process.stream``: a piece of
+    text on a stream, or the exit."""
 
     kind: Literal["stdout", "stderr", "exit"]
     text: str = Field(default="", description="for stdout and stderr events")
     exit_code: int | None = Field(default=None, description="for the exit event")
     timed_out: bool = False
+    next_offset: int | None = Field(
+        default=None,
+        description="of a Process's stream: the position in its merged output after this event's bytes "
+        "(pass it as `since` to follow on from here)",
+    )
+
+
+class FileEvent(_Model):
+    """One change ``BaseSandbox.watch`` saw (docs/watch.md): ``created``,
+    ``modified``, ``deleted``, or ``moved`` (to ``dest``), coalesced per path
+    over the debounce; first ``watching`` (with the ``method``: ``inotify``,
+    or ``polling`` where inotify cannot be had), and ``overflow`` where the
+    kernel dropped events (the tree may have changed in ways not reported)."""
+
+    kind: Literal["watching", "created", "modified", "deleted", "moved", "overflow"]
+    path: str = Field(description="the path that changed (its source for moved), decoded as os.fsdecode does")
+    dest: str | None = Field(default=None, description="where a moved path went")
+    method: Literal["inotify", "polling"] | None = Field(default=None, description="of the watching event")
+
+
+class Stdin(enum.Enum):
+    """What ``start(stdin=...)`` takes besides data: :data:`PIPE`."""
+
+    PIPE = "pipe"
+
+
+#: ``start(command, stdin=PIPE)``: the process's stdin stays open for
+#: ``Process.write_stdin`` until ``Process.close_stdin``.
+PIPE = Stdin.PIPE
+#: Largest rows or columns of a terminal (``struct winsize`` holds 16 bits).
+PTY_SIZE_MAX = 65535
+
+
+@dataclass(frozen=True)
+class PtySize:
+    """A terminal's window size, for ``start(command, pty=PtySize(rows=24, cols=80))``
+    and ``Process.resize``: each from 1 to 65535, else ``InvalidArgumentError``."""
+
+    rows: int = 24
+    cols: int = 80
+
+    def __post_init__(self) -> None:
+        for name in ("rows", "cols"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= PTY_SIZE_MAX:
+                raise errors.InvalidArgumentError(
+                    f"{name} must be an int from 1 to {PTY_SIZE_MAX}, not {value!r}"
+                )
 
 
 class FileInfo(_Model):

@@ -11,69 +11,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from sandbox_sdk.wire.security import CLIENT_TOKEN_ENV
+from tests.cli.support import SBX, Sbx
 from tests.providers.remote.support import new_token, start_runner
 
-#: The console script installed next to this interpreter.
-SBX = Path(sys.executable).with_name("sbx")
 #: A file that takes well over the progress bar's "moment" to copy (uploads run at tens of MiB/s).
 LARGE = 64 * 1024 * 1024
 #: What rich draws a bar with.
 BAR = "━"
-
-
-@dataclass
-class Sbx:
-    """Runs ``sbx`` with a private state directory and a chosen provider."""
-
-    home: Path
-    provider: str
-    env: dict[str, str] = field(default_factory=dict)
-
-    def environment(self) -> dict[str, str]:
-        ours = ("SANDBOX_SDK_", "FORCE_COLOR", "TTY_")  # the caller's choices of provider and terminal
-        env = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
-        return {**env, "SANDBOX_SDK_HOME": str(self.home), "SANDBOX_SDK_PROVIDER": self.provider, **self.env}
-
-    def __call__(
-        self, *args: str | Path, stdin: str = "", check: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [SBX, *map(str, args)],
-            check=False,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            env=self.environment(),
-            timeout=300,
-        )
-        assert "Traceback" not in done.stderr, done.stderr
-        if check:
-            assert done.returncode == 0, done.stderr
-        return done
-
-    def create(self, *args: str) -> str:
-        sandbox_id = self("create", *args).stdout.strip()
-        assert sandbox_id.startswith(f"{self.provider}-"), sandbox_id
-        return sandbox_id
-
-
-@pytest.fixture(params=["local", "bwrap"])
-def sbx(request: pytest.FixtureRequest, tmp_path: Path) -> Sbx:
-    return Sbx(tmp_path / "state", request.param)
-
-
-@pytest.fixture
-def sandbox(sbx: Sbx) -> Iterator[str]:
-    sandbox_id = sbx.create()
-    yield sandbox_id
-    sbx("rm", sandbox_id)
 
 
 def make_tree(root: Path) -> dict[str, bytes]:
@@ -244,9 +193,9 @@ def test_shell_reads_lines_and_keeps_the_directory(sbx: Sbx, sandbox: str) -> No
     assert sbx("shell", sandbox, stdin="true\nexit 3\necho never\n", check=False).returncode == 3
 
 
-def test_shell_on_a_terminal_prompts_with_the_directory(sbx: Sbx, sandbox: str) -> None:
+def test_shell_in_line_mode_on_a_terminal_prompts_with_the_directory(sbx: Sbx, sandbox: str) -> None:
     status, drawn = run_on_a_terminal(
-        sbx, "shell", sandbox, typed="mkdir -p sub\ncd sub\necho made\nexit 5\n"
+        sbx, "shell", "--lines", sandbox, typed="mkdir -p sub\ncd sub\necho made\nexit 5\n"
     )
     assert status == 5
     assert f"{sandbox}:~$ " in drawn
@@ -256,7 +205,7 @@ def test_shell_on_a_terminal_prompts_with_the_directory(sbx: Sbx, sandbox: str) 
 
 def test_shell_prompts_with_a_hostile_directory_escaped(sbx: Sbx, sandbox: str) -> None:
     typed = 'mkdir -p "$(printf "x\\033]0;pwned\\007")"\ncd x*\nexit\n'
-    status, drawn = run_on_a_terminal(sbx, "shell", sandbox, typed=typed)
+    status, drawn = run_on_a_terminal(sbx, "shell", "--lines", sandbox, typed=typed)
     assert status == 0
     assert re.search(r":/\S*/x\\x1b\]0;pwned\\x07\$ ", drawn), drawn
     assert "\x1b]0;pwned" not in drawn  # (readline's own sequences may be there)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from sandbox_sdk.remote.glob import GlobReply
     from sandbox_sdk.remote.grep import GrepReply
     from sandbox_sdk.remote.ls import LsReply
-    from sandbox_sdk.remote.proc import FollowReply, ProcessesReply, SignalReply, SpawnReply
+    from sandbox_sdk.remote.proc import FeedReply, FollowReply, ProcessesReply, SignalReply, SpawnReply
     from sandbox_sdk.remote.read import ReadReply
     from sandbox_sdk.remote.run import RunReply
     from sandbox_sdk.remote.write import LandedReply, PutManyReply, SettledReply, SizeReply, StageReply
@@ -313,3 +313,7 @@ SIGNAL: Script[SignalReply] = Script("signal")
 PROCESSES: Script[ProcessesReply] = Script("processes")
 
 FORGET: Script[Empty] = Script("forget")
+
+FEED: Script[FeedReply] = Script("feed")
+
+RESIZE: Script[Empty] = Script("resize")

@@ -34,6 +34,7 @@ from sandbox_sdk import (
 )
 from sandbox_sdk.cli._copy import copy
 from sandbox_sdk.cli._shell import run_shell
+from sandbox_sdk.cli._terminal import INTERRUPTED, exec_with_stdin, terminal_shell
 from sandbox_sdk.cli._text import shown
 from sandbox_sdk.provider_kit.host_state import ID_PATTERN, HostStateProvider
 from sandbox_sdk.registry import DEFAULT_PROVIDER, PROVIDER_ENV, install_hint
@@ -189,25 +190,44 @@ def list_sandboxes(provider: str, labels: dict[str, str], as_json: bool) -> None
 @cli.command("exec", context_settings={"allow_interspersed_args": False})
 @provider_option
 @click.option("--timeout", type=float, metavar="SECONDS", help="Kill the command after this long.")
+@click.option(
+    "--no-stdin",
+    "-n",
+    is_flag=True,
+    help="Do not forward stdin (as when it is a terminal): the command reads none.",
+)
 @click.argument("sandbox_id", metavar="ID")
 @click.argument("command", nargs=-1, required=True)
 @click.pass_context
 def exec_command(
-    ctx: click.Context, provider: str, timeout: float | None, sandbox_id: str, command: tuple[str, ...]
+    ctx: click.Context,
+    provider: str,
+    timeout: float | None,
+    no_stdin: bool,
+    sandbox_id: str,
+    command: tuple[str, ...],
 ) -> None:
     """Run COMMAND in sandbox ID, its output live, and exit with its status.
 
     One argument is a shell command line as it stands (pipes, $VARS); several
-    are one command and its arguments, quoted: `sbx exec ID -- ls -la`."""
+    are one command and its arguments, quoted: `sbx exec ID -- ls -la`.
+    Stdin is forwarded unless it is a terminal (or -n). Ctrl-C kills the
+    command and exits 130."""
     if command[0] == "--":  # parsing stopped at ID, so the separator is still there
         command = command[1:]
     if not command:
         raise click.UsageError("no COMMAND after ID")
     line = command[0] if len(command) == 1 else shlex.join(command)
     with opened(provider) as sandboxes:
-        result = sandboxes.get(sandbox_id).run(
-            line, timeout=timeout, on_stdout=live(sys.stdout), on_stderr=live(sys.stderr)
-        )
+        sandbox = sandboxes.get(sandbox_id)
+        if not (no_stdin or sys.stdin.isatty()):
+            ctx.exit(exec_with_stdin(sandbox, line, timeout))
+        try:
+            result = sandbox.run(
+                line, timeout=timeout, on_stdout=live(sys.stdout), on_stderr=live(sys.stderr)
+            )
+        except KeyboardInterrupt:  # run killed the command before this
+            ctx.exit(INTERRUPTED)
     if result.truncated:
         click.echo("sbx: the output was cut at the provider's limit", err=True)
     if result.timed_out:
@@ -227,15 +247,55 @@ def live(stream: TextIO) -> Callable[[str], None]:
 
 @cli.command()
 @provider_option
+@click.option(
+    "--lines",
+    is_flag=True,
+    help="Line mode even on a terminal: each line a new shell, what the sandbox prints escaped.",
+)
 @click.argument("sandbox_id", metavar="ID")
 @click.pass_context
-def shell(ctx: click.Context, provider: str, sandbox_id: str) -> None:
-    """Run command lines in sandbox ID, one at a time, until `exit` or end of input.
+def shell(ctx: click.Context, provider: str, lines: bool, sandbox_id: str) -> None:
+    """A shell in sandbox ID: on a terminal, bash on a terminal in the sandbox
+    (every key, Ctrl-C included, goes to it; its exit status is sbx's).
 
-    No terminal is needed: lines can be piped in. Each line runs in a new
-    shell in the directory the previous one ended in."""
+    Without a terminal (or with --lines), lines are read from stdin and run
+    one at a time, each in a new shell in the directory the previous one
+    ended in, until `exit` or end of input."""
     with opened(provider) as sandboxes:
-        ctx.exit(run_shell(sandboxes.get(sandbox_id)))
+        sandbox = sandboxes.get(sandbox_id)
+        if not lines and sys.stdin.isatty() and sys.stdout.isatty():
+            ctx.exit(terminal_shell(sandbox))
+        ctx.exit(run_shell(sandbox))
+
+
+@cli.command()
+@provider_option
+@click.option(
+    "--no-recursive", is_flag=True, help="Only the directory's own entries, not its subdirectories'."
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per event (FileEvent), for scripts.")
+@click.argument("sandbox_id", metavar="ID")
+@click.argument("path")
+@click.pass_context
+def watch(
+    ctx: click.Context, provider: str, no_recursive: bool, as_json: bool, sandbox_id: str, path: str
+) -> None:
+    """Print the changes under directory PATH of sandbox ID as they happen,
+    one line each (`created PATH`, `moved PATH -> DEST`, ...), until Ctrl-C."""
+    with opened(provider) as sandboxes:
+        events = sandboxes.get(sandbox_id).watch(path, recursive=not no_recursive)
+        try:
+            for event in events:
+                if as_json:
+                    click.echo(event.model_dump_json(exclude_none=True))
+                elif event.kind == "watching":
+                    click.echo(f"sbx: watching {shown(event.path)} ({event.method})", err=True)
+                else:
+                    dest = "" if event.dest is None else f" -> {shown(event.dest)}"
+                    click.echo(f"{event.kind} {shown(event.path)}{dest}")
+        except KeyboardInterrupt:
+            events.close()  # ends the watcher in the sandbox
+            ctx.exit(INTERRUPTED)
 
 
 @cli.command()

@@ -9,7 +9,7 @@ import posixpath
 from collections.abc import Sequence
 
 from sandbox_sdk import errors
-from sandbox_sdk.models import ExecuteResponse, FileInfo, GlobResult, GrepResult, ReadResult
+from sandbox_sdk.models import ExecuteResponse, FileInfo, GlobResult, GrepResult, ProcessOutput, ReadResult
 
 #: The reason shown for each typed error, as the deepagents backend words it.
 _REASONS: tuple[tuple[type[errors.SandboxError], str], ...] = (
@@ -146,3 +146,13 @@ def grep_text(pattern: str, found: GrepResult) -> str:
     if found.skipped_binary:
         notes.append(f"[{found.skipped_binary} binary files hold matches that are not shown.]")
     return "\n".join(lines + notes)
+
+
+def process_output_text(pid: int, page: ProcessOutput) -> str:
+    """A page of a background process's output, with where to read on and its exit."""
+    output = page.stdout.decode("utf-8", "replace")
+    if page.stderr:
+        output += "\n[stderr]\n" + page.stderr.decode("utf-8", "replace")
+    state = "still running" if page.exit_code is None else f"exited with code {page.exit_code}"
+    more = "; more output is waiting" if page.has_more else ""
+    return f"{output}\n[process {pid} {state}; next_offset={page.next_offset}{more}]"

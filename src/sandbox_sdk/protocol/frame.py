@@ -47,6 +47,7 @@ class ExitCode(IntEnum):
     NOT_EMPTY = 92
     OS_ERROR = 93
     NO_PROCESS = 94
+    NO_STDIN = 95
     INTERNAL = 99
 
 
@@ -66,6 +67,7 @@ ERROR_TYPES: dict[ExitCode, type[errors.SandboxError]] = {
     ExitCode.NOT_EMPTY: errors.DirectoryNotEmptyError,
     ExitCode.OS_ERROR: errors.SandboxError,
     ExitCode.NO_PROCESS: errors.ProcessNotFoundError,
+    ExitCode.NO_STDIN: errors.StdinClosedError,
     ExitCode.INTERNAL: errors.SandboxRuntimeError,
 }
 

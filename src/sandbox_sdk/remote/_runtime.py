@@ -94,6 +94,7 @@ EXIT = {
     "NOT_EMPTY": 92,
     "OS_ERROR": 93,
     "NO_PROCESS": 94,
+    "NO_STDIN": 95,
     "INTERNAL": 99,
 }
 
@@ -769,11 +770,16 @@ def anonymous_file() -> int:
     return fd
 
 
-def launch(program: Program, env: Dict[bytes, bytes], fds: List[int], group: int) -> int:
+def launch(
+    program: Program, env: Dict[bytes, bytes], fds: List[int], group: int, terminal: bool = False
+) -> int:
     """Start ``program`` (``bash -c`` a command, or an argument vector as it
     is) with ``fds`` as its 0, 1 and 2, in process group ``group`` (0: a
     group of its own); a failed exec is a ``Fail``: for an argument vector,
-    ``PERMISSION_DENIED`` or ``NOT_FOUND`` as its errno says."""
+    ``PERMISSION_DENIED`` or ``NOT_FOUND`` as its errno says. With
+    ``terminal`` (``fds`` all a pseudo-terminal's slave) it leads a session
+    of its own whose controlling terminal that is, so the terminal's line
+    discipline signals its foreground group (Ctrl-C, window changes)."""
     import errno
     import os  # for os.execvpe, its search of PATH as the shell does it
     import signal
@@ -791,13 +797,24 @@ def launch(program: Program, env: Dict[bytes, bytes], fds: List[int], group: int
     if pid == 0:
         try:
             posix.close(report_r)
-            posix.setpgid(0, group)
+            if terminal:
+                posix.setsid()
+            else:
+                posix.setpgid(0, group)
             for target, fd in enumerate(fds):
                 posix.dup2(fd, target)
+            if terminal:
+                import fcntl
+                import termios
+
+                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
             if script is not command:
                 posix.set_inheritable(source, True)
             for number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):  # Python ignores the first two
                 signal.signal(number, signal.SIG_DFL)
+            if terminal:  # the keys' signals reach the program even if whoever started us ignored them
+                for number in (signal.SIGINT, signal.SIGQUIT):  # (a shell does so for a command run with &)
+                    signal.signal(number, signal.SIG_DFL)
             if isinstance(program, list):
                 os.execvpe(program[0], program, env)
             os.execvpe(b"bash", [b"bash", b"-c", script], env)
@@ -810,7 +827,8 @@ def launch(program: Program, env: Dict[bytes, bytes], fds: List[int], group: int
     posix.close(report_w)
     if script is not command:
         posix.close(source)
-    join_group(pid, group or pid)  # also here, so the group exists whichever runs first
+    if not terminal:  # (a session leader cannot be made one: its own setsid would fail)
+        join_group(pid, group or pid)  # also here, so the group exists whichever runs first
     failure = posix.read(report_r, 4096)
     posix.close(report_r)
     if failure:
@@ -886,10 +904,30 @@ def guard(watched: int, spare: int) -> int:
     return pid
 
 
-class Pumps:
-    """The command's two pipes, read as data arrives, and its exit."""
+#: ``errno``'s EIO: what reading a terminal's master gives once every
+#: descriptor of its slave is closed (where a pipe gives its end).
+EIO = 5
 
-    def __init__(self, pid: int, pipes: List[int], wake: int, deadline: Optional[float]) -> None:
+
+def read_output(fd: int) -> bytes:
+    """A piece of output from ``fd``; ``b""`` at its end."""
+    try:
+        return posix.read(fd, READ_BYTES)
+    except OSError as exc:
+        if exc.errno != EIO:
+            raise
+        return b""
+
+
+class Pumps:
+    """The command's output (two pipes, or a terminal's master), read as data
+    arrives, and its exit. ``feeder``, if given, is handed the poller to
+    register descriptors of its own (``attach``) and is called with their
+    events (``ready``): a detached command's stdin is fed in the same loop."""
+
+    def __init__(
+        self, pid: int, pipes: List[int], wake: int, deadline: Optional[float], feeder: Any = None
+    ) -> None:
         import select
 
         self.pid = pid
@@ -899,6 +937,9 @@ class Pumps:
         self.poller = select.poll()
         for fd in [wake, *pipes]:
             self.poller.register(fd, select.POLLIN)
+        self.feeder = feeder
+        if feeder is not None:
+            feeder.attach(self.poller)
         self.status = None  # type: Optional[int]
         self.drain_until = 0.0
         self.timed_out = False
@@ -922,11 +963,14 @@ class Pumps:
                 return
             limit = self.drain_until if self.status is not None else self.deadline
             timeout = -1 if limit is None else max(0, int((limit - now) * 1000) + 1)
-            for fd, _ in self.poller.poll(timeout):
+            for fd, events in self.poller.poll(timeout):
                 if fd == self.wake:
                     drain(fd)
                     continue
-                data = posix.read(fd, READ_BYTES)
+                if fd not in self.open:
+                    self.feeder.ready(fd, events)
+                    continue
+                data = read_output(fd)
                 if data:
                     yield self.open[fd], data
                 else:

@@ -84,6 +84,9 @@ if TYPE_CHECKING:
     class SignalReply(TypedDict):
         exit_code: Optional[int]
 
+    class FeedReply(TypedDict):
+        written: int  # bytes appended to the process's stdin: all of the data, or 0 if it had no room yet
+
 
 SIGKILL = 9
 SIGTERM = 15
@@ -270,15 +273,32 @@ def supervise(
 ) -> None:
     """The supervisor of a detached command (see the module docstring). Its
     record's ``meta`` says which process it started: the pid and start time
-    of the command and of the supervisor (see ``vouched``)."""
+    of the command and of the supervisor (see ``vouched``), and its
+    ``input``: ``"pipe"`` (stdin fed from the record, see ``Feeder``),
+    ``"pty"`` (a terminal whose master the supervisor holds) or ``None``."""
     try:
         hold_lock(path)
         files = [open_in(path, name, os.O_WRONLY | os.O_CREAT | os.O_EXCL) for name in FILES]
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        mode = args.get("input")
         wake = child_wakeups()
-        pid = launch(program, env, [stdin, out_w, err_w], 0)
-        for fd in (stdin, out_w, err_w):
+        if mode == "pty":
+            master, slave = os.openpty()
+            set_window(master, int(args["rows"]), int(args["cols"]))
+            os.close(stdin)
+            child = [slave, slave, slave]
+            pipes = [master]
+            target = os.dup(master)  # polled for writing apart from the master's reads
+        else:
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            if mode == "pipe":
+                os.close(stdin)
+                stdin, target = os.pipe()
+            child = [stdin, out_w, err_w]
+            pipes = [out_r, err_r]
+        feeder = None if mode is None else Feeder(path, target, mode == "pty")
+        pid = launch(program, env, child, 0, terminal=mode == "pty")
+        for fd in set(child):
             os.close(fd)
         meta = {
             "command": b64(shown(program)),
@@ -287,6 +307,7 @@ def supervise(
             "start": start_time(pid),
             "supervisor": os.getpid(),
             "supervisor_start": start_time(os.getpid()),
+            "input": mode,
         }
         write_atomically(path, b"meta", json_dumps(meta).encode("ascii"))
     except Fail as exc:  # told to the client as its code, which the client raises
@@ -297,7 +318,7 @@ def supervise(
         return
     os.write(ready, b"%d" % pid)
     os.close(ready)
-    pumps = Pumps(pid, [out_r, err_r], wake, deadline_of(args))
+    pumps = Pumps(pid, pipes, wake, deadline_of(args), feeder)
     totals = [0, 0]
     last = -1
     for stream, data in pumps.pieces():
@@ -313,6 +334,168 @@ def supervise(
 
 #: The files of a record that the supervisor writes as output arrives.
 FILES = (b"out", b"err", b"order")
+#: The files of a record whose process's stdin is fed: the spool the
+#: writers append to (``stdin``), the lock they append under (which the
+#: supervisor takes to empty the spool once it has fed all of it), the FIFO
+#: that wakes the supervisor (``wake``: a line per message, see ``Feeder``)
+#: and the mark of a closed stdin (``stdin.closed``, made by ``close``).
+SPOOL = b"stdin"
+SPOOL_LOCK = b"stdin.lock"
+WAKE = b"wake"
+CLOSED = b"stdin.closed"
+#: Bytes the spool may hold before a writer waits for the process to read
+#: them: a process that does not read its stdin holds back its writers, as
+#: a full pipe does, instead of filling the sandbox's disk.
+SPOOL_LIMIT = 16 << 20
+#: A terminal's end-of-file character (Ctrl-D): what closing a terminal's input sends.
+EOF_CHARACTER = b"\x04"
+#: ``st_mode``'s file type bits (``S_IFMT``), and those of a FIFO and of a regular file.
+S_IFMT = 0o170000
+S_IFIFO = 0o010000
+S_IFREG = 0o100000
+
+
+def set_window(fd: int, rows: int, cols: int) -> None:
+    """The window size of the terminal whose master is ``fd`` (its foreground group gets SIGWINCH)."""
+    import array
+    import fcntl
+    import termios
+
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, array.array("H", [rows, cols, 0, 0]).tobytes())
+
+
+class Feeder:
+    """Feeds a detached command's stdin from its record, in the supervisor's
+    loop. Writers (``feed``) append to the spool under its lock and then
+    write a line to the ``wake`` FIFO; the supervisor copies the spool into
+    the command's stdin as fast as the command reads it (never blocking:
+    the pipe or terminal is written only when ``poll`` says there is room),
+    empties the spool once it has fed all of it, and closes the command's
+    stdin (a terminal: sends Ctrl-D) once ``stdin.closed`` is there and all
+    is fed. A ``w <rows> <cols>`` line resizes the terminal. The FIFO and
+    spool live in the record's private directory, so no other user can
+    write to or read another's stdin."""
+
+    def __init__(self, path: bytes, target: int, terminal: bool) -> None:
+        import select
+
+        self.path = path
+        self.target = target
+        self.accepting = True  # until the command's stdin is closed
+        self.terminal = terminal
+        self.pollout = select.POLLOUT
+        self.spool = open_in(path, SPOOL, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+        os.close(open_in(path, SPOOL_LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL))
+        os.mkfifo(os.path.join(path, WAKE), 0o600)
+        self.wake = open_in(path, WAKE, os.O_RDWR | os.O_NONBLOCK)  # read-write: never an end of file
+        os.set_blocking(target, False)
+        self.fed = 0
+        self.pending = b""
+        self.partial = b""
+        self.waiting = False  # whether the target is registered for POLLOUT
+
+    def attach(self, poller: Any) -> None:
+        self.poller = poller
+        poller.register(self.wake, poller_in())
+
+    def ready(self, fd: int, events: int) -> None:
+        if fd == self.wake:
+            self.messages()
+        self.pump()
+
+    def messages(self) -> None:
+        data = self.partial
+        try:
+            while True:
+                piece = os.read(self.wake, 4096)
+                if not piece:
+                    break
+                data += piece
+        except BlockingIOError:
+            pass
+        lines = data.split(b"\n")
+        self.partial = lines.pop()
+        for line in lines:
+            words = line.split()
+            if (
+                self.terminal
+                and len(words) == 3
+                and words[0] == b"w"
+                and words[1].isdigit()
+                and words[2].isdigit()
+            ):
+                try:  # noqa: SIM105 - as elsewhere, no contextlib
+                    set_window(self.target, int(words[1]), int(words[2]))
+                except (OSError, ValueError):
+                    pass  # the terminal is gone, or a size it refuses
+
+    def pump(self) -> None:
+        while self.accepting:
+            if not self.pending:
+                self.pending = os.pread(self.spool, 1 << 16, self.fed)
+                if not self.pending:
+                    self.caught_up()
+                    break
+            try:
+                written = os.write(self.target, self.pending)
+            except BlockingIOError:
+                self.want_room(True)
+                return
+            except OSError:  # the command closed its stdin (or ended): what is left is dropped
+                self.close_target()
+                return
+            self.fed += written
+            self.pending = self.pending[written:]
+        self.want_room(False)
+
+    def want_room(self, wanted: bool) -> None:
+        if wanted == self.waiting:
+            return
+        if wanted:
+            self.poller.register(self.target, self.pollout)
+        else:
+            self.poller.unregister(self.target)
+        self.waiting = wanted
+
+    def caught_up(self) -> None:
+        """All of the spool is fed: empty it, under the writers' lock (if a
+        writer holds it, its line in ``wake`` brings this back), and close
+        the command's stdin if that was asked for."""
+        import fcntl
+
+        lock = open_in(self.path, SPOOL_LOCK, os.O_RDWR)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock)
+            return
+        try:
+            if os.fstat(self.spool).st_size == self.fed:
+                os.ftruncate(self.spool, 0)
+                self.fed = 0
+                if os.path.lexists(os.path.join(self.path, CLOSED)):
+                    if self.terminal:
+                        try:  # noqa: SIM105 - as above
+                            os.write(self.target, EOF_CHARACTER)
+                        except OSError:
+                            pass
+                    self.close_target()
+        finally:
+            os.close(lock)
+
+    def close_target(self) -> None:
+        """No more input; a pipe is closed (its reader gets an end of file), a
+        terminal's master kept for resizes."""
+        self.want_room(False)
+        self.accepting = False
+        if not self.terminal:
+            os.close(self.target)
+
+
+def poller_in() -> int:
+    import select
+
+    return select.POLLIN
 
 
 class Output:
@@ -644,6 +827,102 @@ def send_signal(args: Args, blobs: Blobs) -> Tuple[SignalReply, Blobs]:
     return {"exit_code": None if status is None else status["exit_code"]}, []
 
 
+def fed_record(args: Args, terminal: bool = False) -> bytes:
+    """The record of a running process whose input the caller may feed
+    (``terminal``: a process with a terminal, to resize); refused with
+    ``NO_STDIN`` if it has no such input or has ended."""
+    path = record(args)
+    pid = int(args["pid"])
+    meta = meta_of(path, pid)
+    status, gone = state_of(path, meta)  # a record that does not vouch for its process is not fed
+    if gone:
+        raise lost(pid)
+    if terminal and meta.get("input") != "pty":
+        raise Fail("INVALID_ARGUMENT", "process %d has no terminal (start it with pty=...)" % pid)
+    if meta.get("input") not in ("pipe", "pty"):
+        raise Fail("NO_STDIN", "process %d was started without stdin=PIPE: its stdin cannot be written" % pid)
+    if status is not None:
+        raise Fail("NO_STDIN", "process %d has ended: its stdin cannot be written" % pid)
+    return path
+
+
+def open_checked(path: bytes, name: bytes, flags: int, kind: int) -> int:
+    """File ``name`` of record ``path`` (never through a symlink), if it is
+    of type ``kind`` and this user's: the supervisor made it so."""
+    fd = open_in(path, name, flags)
+    st = os.fstat(fd)
+    if st.st_mode & S_IFMT != kind or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise Fail("PERMISSION_DENIED", "%s is not the record's own: not used" % os.fsdecode(name), path)
+    return fd
+
+
+def tell(path: bytes, message: bytes, wait: float) -> None:
+    """Write a line to the supervisor's ``wake`` FIFO (never blocking: a
+    full FIFO is retried until ``wait`` has passed; a line of a poke is
+    dropped then, as the supervisor has lines to read anyway). Nobody
+    reading it means the supervisor has gone, which the status tells."""
+    try:
+        fd = open_checked(path, WAKE, os.O_WRONLY | os.O_NONBLOCK, S_IFIFO)
+    except OSError:  # ENXIO: no reader
+        return
+    deadline = time.monotonic() + wait
+    try:
+        while True:
+            try:
+                os.write(fd, message)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return
+                time.sleep(TICK)
+            except OSError:
+                return
+    finally:
+        os.close(fd)
+
+
+def feed(args: Args, blobs: Blobs) -> Tuple[FeedReply, Blobs]:
+    """Append ``blobs[0]`` to a process's stdin (and close it, with
+    ``close``), once the spool has room: a process that does not read holds
+    its writer back up to ``wait`` seconds, after which nothing is written
+    (``written``: 0) and the client asks again."""
+    import fcntl
+
+    path = fed_record(args)
+    data = blobs[0] if blobs else b""
+    close = bool(args.get("close"))
+    deadline = time.monotonic() + float(args["wait"])
+    while True:
+        lock = open_checked(path, SPOOL_LOCK, os.O_RDWR, S_IFREG)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if os.path.lexists(os.path.join(path, CLOSED)):
+                raise Fail("NO_STDIN", "the stdin of process %d was closed" % int(args["pid"]))
+            spool = open_checked(path, SPOOL, os.O_WRONLY | os.O_APPEND, S_IFREG)
+            try:
+                size = os.fstat(spool).st_size
+                room = size == 0 or size + len(data) <= SPOOL_LIMIT
+                if room:
+                    write_all(spool, data)
+                    if close:
+                        os.close(open_in(path, CLOSED, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+            finally:
+                os.close(spool)
+        finally:
+            os.close(lock)  # releases the lock
+        tell(path, b"\n", 0.0)
+        if room or time.monotonic() >= deadline:
+            return {"written": len(data) if room else 0}, []
+        time.sleep(TICK)
+
+
+def resize(args: Args, blobs: Blobs) -> Tuple[Empty, Blobs]:
+    path = fed_record(args, terminal=True)
+    tell(path, b"w %d %d\n" % (int(args["rows"]), int(args["cols"])), float(args["wait"]))
+    return {}, []
+
+
 def forget(args: Args, blobs: Blobs) -> Tuple[Empty, Blobs]:
     path = record(args)
     meta_of(path, int(args["pid"]))
@@ -660,4 +939,6 @@ OPS = {
     "signal": send_signal,
     "processes": processes,
     "forget": forget,
+    "feed": feed,
+    "resize": resize,
 }

@@ -42,7 +42,7 @@ from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, StreamEvent
 from sandbox_sdk.process import Process
 from sandbox_sdk.snapshots import DirectorySnapshotStore
-from sandbox_sdk.testing._suite import SandboxSuite
+from sandbox_sdk.testing.interactive_suite import InteractiveChecks
 
 #: Names that have broken shell- and template-based sandbox SDKs, by test id.
 HOSTILE_NAMES_BY_ID: dict[str, str | bytes] = {
@@ -135,7 +135,7 @@ HOSTILE_CONTENTS: list[bytes] = [
 ]
 
 
-class SandboxConformanceTests(SandboxSuite):
+class SandboxConformanceTests(InteractiveChecks):
     """Checks ``execute`` semantics and every ``BaseSandbox`` operation."""
 
     #: Bytes of a stream's output the provider's client library may hold

@@ -12,7 +12,21 @@ from mcp.client.context import ClientRequestContext
 from pydantic import FileUrl
 
 #: Every tool the server offers.
-TOOLS = {"execute", "ls", "read_file", "write_file", "edit_file", "glob", "grep", "upload", "download"}
+TOOLS = {
+    "execute",
+    "ls",
+    "read_file",
+    "write_file",
+    "edit_file",
+    "glob",
+    "grep",
+    "upload",
+    "download",
+    "start_process",
+    "read_process_output",
+    "write_process_stdin",
+    "kill_process",
+}
 
 
 def roots_callback(roots: Sequence[Path]) -> Any:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 pytest.importorskip("mcp")
@@ -32,8 +33,28 @@ async def test_lists_every_tool_and_the_file_template(server: MCPServer[Any]) ->
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         templates = (await client.list_resource_templates()).resource_templates
     assert set(tools) == TOOLS
-    read_only = {name for name, tool in tools.items() if tool.annotations and tool.annotations.read_only_hint}
-    assert read_only == {"ls", "read_file", "glob", "grep"}
+    annotations = {name: tool.annotations for name, tool in tools.items()}
+    hints = {
+        name: (notes.read_only_hint, notes.destructive_hint)
+        for name, notes in annotations.items()
+        if notes is not None
+    }
+    assert set(hints) == TOOLS  # every tool is annotated
+    assert {name for name, (read_only, _) in hints.items() if read_only} == {
+        "ls",
+        "read_file",
+        "glob",
+        "grep",
+        "read_process_output",
+    }
+    assert {name for name, (_, destructive) in hints.items() if destructive} == {
+        "execute",
+        "write_file",
+        "edit_file",
+        "write_process_stdin",
+        "kill_process",
+    }
+    assert all(hint is not None for pair in hints.values() for hint in pair)  # every tool says both
     assert "roots" not in tools["upload"].input_schema["properties"]  # filled by the server, not the model
     assert [template.uri_template for template in templates] == ["sandbox://{+path}"]
 
@@ -308,3 +329,33 @@ async def test_an_upload_of_a_fifo_is_refused_without_blocking(
     finally:
         answered.set()
         watchdog.join()
+
+
+async def test_a_background_process_is_started_fed_read_and_killed(server: MCPServer[Any]) -> None:
+    """A dev-server-like loop: started, given input, its output read from an
+    offset on, then killed; the server says its version."""
+    async with connect(server) as client:
+        assert client.server_info is not None and client.server_info.version
+        loop = "while read -r line; do echo got-$line; done"
+        pid = int((await ok(client, "start_process", command=loop)).removeprefix("Started process "))
+        await ok(client, "write_process_stdin", pid=pid, data="one\n")
+        page = await until_output(client, pid, 0, "got-one")
+        assert "still running" in page
+        offset = int(re.findall(r"next_offset=(\d+)", page)[0])
+        await ok(client, "write_process_stdin", pid=pid, data="two\n", close=True)
+        page = await until_output(client, pid, offset, "exited with code 0")
+        assert page.startswith("got-two\n") and "got-one" not in page
+        sleeper = int(
+            (await ok(client, "start_process", command="sleep 600")).removeprefix("Started process ")
+        )
+        assert (await ok(client, "kill_process", pid=sleeper)).endswith("exit code 143")
+        assert "ended" in await refused(client, "write_process_stdin", pid=pid, data="late")
+
+
+async def until_output(client: Any, pid: int, since: int, wanted: str) -> str:
+    """``read_process_output`` from ``since`` until its text holds ``wanted`` (bounded)."""
+    deadline = time.monotonic() + 60
+    while wanted not in (page := await ok(client, "read_process_output", pid=pid, since=since)):
+        assert time.monotonic() < deadline, page
+        await anyio.sleep(0.1)
+    return page

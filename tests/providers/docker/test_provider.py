@@ -16,7 +16,7 @@ from sandbox_sdk import Mount, errors, get_provider
 from sandbox_sdk.providers.docker import DEFAULT_IMAGE, DockerProvider, sandbox_name
 from sandbox_sdk.providers.docker.provider import EXPIRES_LABEL, KEPT_CAPABILITIES, WORKSPACE
 from sandbox_sdk.testing import ProviderConformanceTests
-from tests.cli.test_cli import Sbx
+from tests.cli.support import Sbx
 
 pytestmark = pytest.mark.engines
 

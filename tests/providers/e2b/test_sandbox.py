@@ -27,6 +27,10 @@ from tests.providers.e2b.fake_server import EndForm, FakeE2BServer
 
 
 class TestE2BSandbox(SandboxConformanceTests):
+    #: The fake service runs in this test's process on the CI's two cores: 100 MiB
+    #: through it takes minutes; 32 MiB still tells one chunk in flight from a leak.
+    large_stdin_mib = 32
+
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, fake_e2b: FakeE2BServer) -> Iterator[BaseSandbox]:
@@ -35,6 +39,10 @@ class TestE2BSandbox(SandboxConformanceTests):
 
 @pytest.mark.slow
 class TestE2BSandboxFromAsyncSandbox(SandboxConformanceTests):
+    #: The fake service runs in this test's process on the CI's two cores: 100 MiB
+    #: through it takes minutes; 32 MiB still tells one chunk in flight from a leak.
+    large_stdin_mib = 32
+
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, fake_e2b: FakeE2BServer) -> Iterator[E2BSandbox]:

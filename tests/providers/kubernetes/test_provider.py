@@ -18,7 +18,7 @@ from sandbox_sdk import errors, get_provider
 from sandbox_sdk.providers.kubernetes import KubernetesProvider, sandbox_name
 from sandbox_sdk.providers.kubernetes.provider import EXPIRES_ANNOTATION, NETWORK_POLICY, split_id
 from sandbox_sdk.testing import ProviderConformanceTests
-from tests.cli.test_cli import Sbx
+from tests.cli.support import Sbx
 
 pytestmark = pytest.mark.engines
 

@@ -16,6 +16,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_sdk import errors
+from sandbox_sdk import PIPE, errors
 from sandbox_sdk.process import Process
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.remote import _runtime, proc
@@ -218,3 +219,54 @@ def test_a_record_whose_pid_was_reused_is_not_signalled(tmp_path: Path) -> None:
         sleeper.kill()
         sleeper.wait()
         os.close(lock)
+
+
+def stdin_record(local: LocalSandbox, scratch: Path, process: Process) -> Path:
+    """The record of ``process`` (started with a piped stdin): the directory
+    whose ``meta`` names its pid."""
+    for meta in scratch.rglob("meta"):
+        if json.loads(meta.read_text()).get("pid") == process.pid:
+            return meta.parent
+    raise AssertionError(f"no record of process {process.pid}")
+
+
+def test_a_piped_stdin_is_private_to_its_user(local: LocalSandbox, shared: Path) -> None:
+    """The spool, lock and wake FIFO of a piped stdin are this user's alone
+    (0600, in the 0700 record): another user of the host can neither write
+    to the process's stdin nor read what was written to it."""
+    process = local.start("cat", stdin=PIPE)
+    try:
+        record = stdin_record(local, shared, process)
+        assert record.lstat().st_mode & 0o777 == 0o700
+        for name, kind in [("stdin", stat.S_ISREG), ("stdin.lock", stat.S_ISREG), ("wake", stat.S_ISFIFO)]:
+            st = (record / name).lstat()
+            assert kind(st.st_mode) and st.st_mode & 0o777 == 0o600 and st.st_uid == os.geteuid(), name
+        process.write_stdin(b"secret\n")
+        if os.geteuid() == 0:  # as another user (only root can become one here)
+            for target, flags in [("wake", os.O_WRONLY | os.O_NONBLOCK), ("stdin", os.O_RDONLY)]:
+                probe = f"import os; os.open({str(record / target)!r}, {flags})"
+                tried = subprocess.run(
+                    ["python3", "-c", probe], user=OTHER_UID, capture_output=True, text=True, check=False
+                )
+                assert "PermissionError" in tried.stderr, tried
+    finally:
+        process.kill()
+
+
+def test_a_spool_swapped_for_a_symlink_is_not_written_through(
+    local: LocalSandbox, shared: Path, tmp_path: Path
+) -> None:
+    """The spool is opened without following a symlink: one put in its
+    place (by code running as the same user) gets nothing written through it."""
+    bystander = tmp_path / "bystander"
+    bystander.write_bytes(b"untouched")
+    process = local.start("cat", stdin=PIPE)
+    try:
+        record = stdin_record(local, shared, process)
+        (record / "stdin").unlink()
+        (record / "stdin").symlink_to(bystander)
+        with pytest.raises(errors.InvalidPathError, match="symbolic links"):  # ELOOP
+            process.write_stdin(b"redirected")
+        assert bystander.read_bytes() == b"untouched"
+    finally:
+        process.kill()

@@ -13,6 +13,7 @@ Every tool returns a result and never raises: a failure is a result with
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import mimetypes
 import secrets
 import time
@@ -32,7 +33,7 @@ from mcp.server.mcpserver.resources import ResourceSecurity
 from mcp.types import CallToolResult, InputRequiredResult, ListRootsResult, TextContent, ToolAnnotations
 from pydantic import AnyUrl, Field
 
-from sandbox_sdk import errors
+from sandbox_sdk import PIPE, errors
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.integrations import _texts as texts
 from sandbox_sdk.integrations.mcp._roots import OutsideRootsError, ask_client_roots, inside_roots, root_dirs
@@ -169,6 +170,66 @@ class SandboxTools:
         except errors.SandboxError as exc:
             return _result(f"Error: the sandbox could not run the command: {exc}", error=True)
         return _result(texts.execute_text(response, timeout), error=response.timed_out)
+
+    # -- background processes -------------------------------------------------------
+
+    async def start_process(
+        self, command: Annotated[str, Field(description="A bash command line, run in the background")]
+    ) -> CallToolResult:
+        """Start a command in the background (a dev server, a watch loop, a long
+        build) with its stdin open; returns its pid, for read_process_output,
+        write_process_stdin and kill_process. It outlives this call."""
+        try:
+            process = await (await self._sandbox()).astart(command, stdin=PIPE)
+        except errors.SandboxError as exc:
+            return _result(f"Error: cannot start the command: {exc}", error=True)
+        return _result(f"Started process {process.pid}")
+
+    async def read_process_output(
+        self,
+        pid: Annotated[int, Field(ge=1, description="The pid start_process returned")],
+        since: Annotated[int, Field(ge=0, description="Offset to read from: 0, or the last next_offset")] = 0,
+    ) -> CallToolResult:
+        """Output of a background process written after offset `since` (its stdout,
+        then its stderr), what there is now, with the offset to read on from and its
+        exit code once it has ended."""
+        try:
+            process = await (await self._sandbox()).aprocess(pid)
+            page = await process.aread(since)
+        except errors.SandboxError as exc:
+            return _result(f"Error: cannot read process {pid}: {exc}", error=True)
+        return _result(texts.process_output_text(pid, page))
+
+    async def write_process_stdin(
+        self,
+        pid: Annotated[int, Field(ge=1, description="The pid start_process returned")],
+        data: Annotated[str, Field(description="Text to write to its stdin (add a newline to end a line)")],
+        close: Annotated[bool, Field(description="Close its stdin afterwards (end of input)")] = False,
+    ) -> CallToolResult:
+        """Write text to the stdin of a process started by start_process."""
+        try:
+            process = await (await self._sandbox()).aprocess(pid)
+            await process.awrite_stdin(data)
+            if close:
+                await process.aclose_stdin()
+        except errors.SandboxError as exc:
+            return _result(f"Error: cannot write to process {pid}: {exc}", error=True)
+        return _result(
+            f"Wrote {len(data.encode())} bytes to process {pid}" + (" and closed its stdin" if close else "")
+        )
+
+    async def kill_process(
+        self, pid: Annotated[int, Field(ge=1, description="The pid start_process returned")]
+    ) -> CallToolResult:
+        """Stop a background process and everything it started (SIGTERM, then
+        SIGKILL if it does not end); returns its exit code."""
+        try:
+            process = await (await self._sandbox()).aprocess(pid)
+            await process.akill()
+            code = await process.apoll()
+        except errors.SandboxError as exc:
+            return _result(f"Error: cannot kill process {pid}: {exc}", error=True)
+        return _result(f"Process {pid} ended with exit code {code}")
 
     # -- files --------------------------------------------------------------------
 
@@ -350,6 +411,14 @@ class _SandboxServer(MCPServer[Any]):
         return [dataclasses.replace(item, mime_type=_mime_type(str(uri), item.content)) for item in contents]
 
 
+def _version() -> str:
+    """The installed sandbox-sdk-py's version, the server's ``serverInfo.version``."""
+    try:
+        return importlib.metadata.version("sandbox-sdk-py")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        return "0+unknown"
+
+
 def _mime_type(uri: str, content: str | bytes) -> str:
     guessed = mimetypes.guess_type(uri)[0]
     return guessed or ("text/plain" if isinstance(content, str) else "application/octet-stream")
@@ -366,13 +435,30 @@ def create_server(
     Serve it with ``run_stdio_async()`` or its streamable HTTP app, or connect
     the SDK's ``mcp.Client`` to it in-process. A :class:`SandboxSource` is not
     closed here: close it (``async with``) when serving ends."""
-    server = _SandboxServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
+    server = _SandboxServer(name, instructions=INSTRUCTIONS, log_level="WARNING", version=_version())
     tools = SandboxTools(sandbox, progress_interval)
-    read_only: list[Callable[..., Any]] = [tools.ls, tools.read_file, tools.glob, tools.grep]
+    read_only: list[Callable[..., Any]] = [
+        tools.ls,
+        tools.read_file,
+        tools.glob,
+        tools.grep,
+        tools.read_process_output,
+    ]
     for tool in read_only:
-        server.add_tool(tool, annotations=ToolAnnotations(read_only_hint=True))
-    for tool in (tools.execute, tools.write_file, tools.edit_file, tools.upload, tools.download):
-        server.add_tool(tool)
+        server.add_tool(tool, annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False))
+    # Adding to the sandbox (a new file, a new process, a downloaded copy): nothing overwritten by default.
+    for tool in (tools.start_process, tools.upload, tools.download):
+        server.add_tool(tool, annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
+    # What may change or end what is there: a command can do anything, a write or edit replaces
+    # content, a kill ends a process, stdin drives it.
+    for tool in (
+        tools.execute,
+        tools.write_file,
+        tools.edit_file,
+        tools.write_process_stdin,
+        tools.kill_process,
+    ):
+        server.add_tool(tool, annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
     server.resource(
         RESOURCE_TEMPLATE,
         name="sandbox-file",
