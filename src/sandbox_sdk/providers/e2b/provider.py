@@ -97,6 +97,7 @@ class E2BProviderOptions(TypedDict, total=False):
     template: str | None
     command_timeout: float
     max_lifetime: int
+    listing_lag: float
 
 
 class E2BProvider(SandboxProvider[E2BSandbox]):

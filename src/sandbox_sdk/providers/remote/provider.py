@@ -48,6 +48,11 @@ class RemoteProvider(SandboxProvider[RemoteSandbox]):
     sandbox it hands out; :meth:`close` (or ``with``) ends it."""
 
     name = "remote"
+    #: Clients of one runner share no label lock (the runner serves list and
+    #: create, not get_or_create), so a client that created converges after
+    #: creating: the oldest sandbox with the labels wins, the others are deleted.
+    #: The runner's listing is exact: this bounds a wait that ends at once.
+    _listing_lag = 5.0
 
     def __init__(
         self,
