@@ -17,7 +17,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sandbox_sdk import errors
-from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.provider_kit.host_state import HostStateProvider
 
@@ -54,19 +53,6 @@ class _ListArgs(_Args):
     limit: int = 100
 
 
-def described(sandbox: BaseSandbox) -> dict[str, Any]:
-    """What a client learns of a sandbox it creates or gets: its id, and
-    where the backend keeps the machinery of file operations out of the
-    commands' reach (bwrap's read-only scripts and operation channel), so
-    the client's session uses them instead of installing its own, which
-    any command could change (docs/security.md)."""
-    return {
-        "id": sandbox.id,
-        "installed_scripts": sandbox.installed_scripts,
-        "operation_channel": sandbox.operation_channel,
-    }
-
-
 class Operations:
     """The requests a runner serves, on ``backend``; a command whose request
     names no timeout gets ``default_timeout``."""
@@ -83,7 +69,7 @@ class Operations:
             if op == "create":
                 return self._create(_CreateArgs.model_validate(args)), b""
             if op == "get":
-                return described(self.backend.get(_SandboxArgs.model_validate(args).sandbox)), b""
+                return {"id": self.backend.get(_SandboxArgs.model_validate(args).sandbox).id}, b""
             if op == "list":
                 query = _ListArgs.model_validate(args)
                 page = self.backend.list(labels=query.labels, cursor=query.cursor, limit=query.limit)
@@ -120,4 +106,4 @@ class Operations:
             raise errors.InvalidArgumentError(
                 f"option(s) {', '.join(refused)} are the runner owner's to set, not a client's"
             )
-        return described(self.backend._create(labels=args.labels, **args.options))
+        return {"id": self.backend._create(labels=args.labels, **args.options).id}

@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from typing import Any, TypedDict
 
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sandbox_sdk import errors
 from sandbox_sdk.models import SandboxPage
@@ -138,27 +137,7 @@ class RemoteProvider(SandboxProvider[RemoteSandbox]):
         )
 
     def _sandbox(self, reply: Reply) -> RemoteSandbox:
-        try:
-            found = _Described.model_validate(reply.result)
-        except ValidationError as exc:
-            raise errors.SandboxRuntimeError(f"malformed sandbox from the runner: {exc}") from None
-        return RemoteSandbox(
-            self._link,
-            found.id,
-            installed_scripts=found.installed_scripts,
-            operation_channel=found.operation_channel,
-        )
-
-
-class _Described(BaseModel):
-    """A sandbox as the runner describes it (``runner.operations.described``);
-    a runner of an earlier version names only its id."""
-
-    model_config = ConfigDict(strict=True)
-
-    id: str
-    installed_scripts: str | None = Field(default=None, pattern=r"^/")
-    operation_channel: bool = False
+        return RemoteSandbox(self._link, str(reply.result["id"]))
 
 
 def _reaped(reply: Reply) -> builtins.list[str]:

@@ -18,22 +18,11 @@ REPLY_GRACE_SECONDS = 30.0
 class RemoteSandbox(BaseSandbox):
     """A sandbox of a runner: each ``execute`` is one request over the
     provider's WebSocket, so every derived operation works unchanged. Its
-    limits are the runner's, learnt when the connection opened; where the
-    backend keeps the file operations' scripts and server out of the
-    commands' reach (bwrap), the runner says so and the session uses them."""
+    limits are the runner's, learnt when the connection opened."""
 
-    def __init__(
-        self,
-        link: Link,
-        sandbox_id: str,
-        *,
-        installed_scripts: str | None = None,
-        operation_channel: bool = False,
-    ) -> None:
+    def __init__(self, link: Link, sandbox_id: str) -> None:
         self._link = link
         self._id = sandbox_id
-        self.installed_scripts = installed_scripts
-        self.operation_channel = operation_channel
         announced = link.limits
         self.limits = replace(
             self.limits,
