@@ -34,7 +34,12 @@ from sandbox_sdk import (
 )
 from sandbox_sdk.cli._copy import copy
 from sandbox_sdk.cli._shell import run_shell
-from sandbox_sdk.cli._terminal import INTERRUPTED, exec_with_stdin, terminal_shell
+from sandbox_sdk.cli._terminal import (
+    exec_with_stdin,
+    hangup_interrupts,
+    interrupted_status,
+    terminal_shell,
+)
 from sandbox_sdk.cli._text import shown
 from sandbox_sdk.provider_kit.host_state import ID_PATTERN, HostStateProvider
 from sandbox_sdk.registry import DEFAULT_PROVIDER, PROVIDER_ENV, install_hint
@@ -212,13 +217,13 @@ def exec_command(
     One argument is a shell command line as it stands (pipes, $VARS); several
     are one command and its arguments, quoted: `sbx exec ID -- ls -la`.
     Stdin is forwarded unless it is a terminal (or -n). Ctrl-C kills the
-    command and exits 130."""
+    command and exits 130 (so do SIGHUP and SIGTERM, with 129 and 143)."""
     if command[0] == "--":  # parsing stopped at ID, so the separator is still there
         command = command[1:]
     if not command:
         raise click.UsageError("no COMMAND after ID")
     line = command[0] if len(command) == 1 else shlex.join(command)
-    with opened(provider) as sandboxes:
+    with opened(provider) as sandboxes, hangup_interrupts():
         sandbox = sandboxes.get(sandbox_id)
         if not (no_stdin or sys.stdin.isatty()):
             ctx.exit(exec_with_stdin(sandbox, line, timeout))
@@ -226,8 +231,8 @@ def exec_command(
             result = sandbox.run(
                 line, timeout=timeout, on_stdout=live(sys.stdout), on_stderr=live(sys.stderr)
             )
-        except KeyboardInterrupt:  # run killed the command before this
-            ctx.exit(INTERRUPTED)
+        except KeyboardInterrupt as interruption:  # run killed the command before this
+            ctx.exit(interrupted_status(interruption))
     if result.truncated:
         click.echo("sbx: the output was cut at the provider's limit", err=True)
     if result.timed_out:
@@ -261,7 +266,7 @@ def shell(ctx: click.Context, provider: str, lines: bool, sandbox_id: str) -> No
     Without a terminal (or with --lines), lines are read from stdin and run
     one at a time, each in a new shell in the directory the previous one
     ended in, until `exit` or end of input."""
-    with opened(provider) as sandboxes:
+    with opened(provider) as sandboxes, hangup_interrupts():
         sandbox = sandboxes.get(sandbox_id)
         if not lines and sys.stdin.isatty() and sys.stdout.isatty():
             ctx.exit(terminal_shell(sandbox))
@@ -282,7 +287,7 @@ def watch(
 ) -> None:
     """Print the changes under directory PATH of sandbox ID as they happen,
     one line each (`created PATH`, `moved PATH -> DEST`, ...), until Ctrl-C."""
-    with opened(provider) as sandboxes:
+    with opened(provider) as sandboxes, hangup_interrupts():
         events = sandboxes.get(sandbox_id).watch(path, recursive=not no_recursive)
         try:
             for event in events:
@@ -293,9 +298,9 @@ def watch(
                 else:
                     dest = "" if event.dest is None else f" -> {shown(event.dest)}"
                     click.echo(f"{event.kind} {shown(event.path)}{dest}")
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as interruption:
             events.close()  # ends the watcher in the sandbox
-            ctx.exit(INTERRUPTED)
+            ctx.exit(interrupted_status(interruption))
 
 
 @cli.command()

@@ -6,7 +6,9 @@ copies this process's stdin into it (``write_stdin``). On a terminal the
 local side is put in raw mode, so every key, Ctrl-C included, goes to the
 program in the sandbox, and a window change (SIGWINCH) resizes the remote
 terminal. Interrupted here (Ctrl-C outside raw mode), the remote group is
-killed before ``sbx`` exits 130.
+killed before ``sbx`` exits 130; so it is when the terminal closes (SIGHUP) or
+``sbx`` is asked to stop (SIGTERM), with 128 plus that signal's number: a
+command left running in the sandbox with no one to see it is not left behind.
 """
 
 from __future__ import annotations
@@ -30,6 +32,44 @@ INTERRUPTED = 128 + signal.SIGINT
 #: Bytes of stdin read at once: a read returns what is there (a key, a
 #: line, or up to this much of a pipe), so input is forwarded as it comes.
 READ_BYTES = 1 << 20
+
+
+class Signalled(KeyboardInterrupt):
+    """SIGHUP or SIGTERM, raised as Ctrl-C's ``KeyboardInterrupt`` is, so that
+    what a command started is killed the same way (``run`` and ``stream``
+    clean up after any interruption)."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(signal.Signals(number).name)
+        self.number = number
+
+
+def interrupted_status(interruption: KeyboardInterrupt) -> int:
+    """The exit status for ``interruption``: 128 plus its signal's number."""
+    return 128 + interruption.number if isinstance(interruption, Signalled) else INTERRUPTED
+
+
+@contextlib.contextmanager
+def hangup_interrupts() -> Iterator[None]:
+    """SIGHUP and SIGTERM raise :class:`Signalled` in the main thread meanwhile."""
+
+    def interrupt(number: int, frame: FrameType | None) -> None:
+        raise Signalled(number)
+
+    previous = {number: signal.signal(number, interrupt) for number in (signal.SIGHUP, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def kill_reporting(process: Process) -> None:
+    """Kill ``process``'s group; a failure is said, as the command may still run."""
+    try:
+        process.kill()
+    except SandboxError as exc:
+        print(f"sbx: process {process.pid} may still run: {exc}", file=sys.stderr)
 
 
 class RawStdin:
@@ -66,8 +106,8 @@ def forward_stdin(process: Process, fd: int, *, close: bool) -> threading.Thread
 
 def follow_to_exit(process: Process, out: TextIO, err: TextIO) -> int:
     """Write ``process``'s output to ``out`` and ``err`` as it comes; its
-    exit status. Interrupted (Ctrl-C), the remote group is killed first and
-    the status is :data:`INTERRUPTED`."""
+    exit status. Interrupted (Ctrl-C, SIGHUP, SIGTERM), the remote group is
+    killed first and the status is 128 plus the signal's number."""
     try:
         for event in process.stream():
             if event.kind == "exit":
@@ -77,10 +117,9 @@ def follow_to_exit(process: Process, out: TextIO, err: TextIO) -> int:
             stream = out if event.kind == "stdout" else err
             stream.write(event.text)
             stream.flush()
-    except KeyboardInterrupt:
-        with contextlib.suppress(SandboxError):
-            process.kill()
-        return INTERRUPTED
+    except KeyboardInterrupt as interruption:
+        kill_reporting(process)
+        return interrupted_status(interruption)
     raise SandboxError(f"the output of process {process.pid} ended without its exit")
 
 
@@ -109,7 +148,8 @@ def raw_mode(fd: int) -> Iterator[None]:
         tty.setraw(fd, termios.TCSADRAIN)
         yield
     finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        with contextlib.suppress(termios.error):  # a terminal that hung up has nothing to restore
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
 @contextlib.contextmanager

@@ -78,9 +78,12 @@ def until_output(process: Process, wanted: bytes, since: int = 0) -> int:
 class InteractiveChecks(SandboxSuite):
     """Processes driven while they run (docs/processes.md)."""
 
-    #: The size of the large stdin check: a provider whose test double is slow
-    #: (a fake service in the test's own process) may lower it, above twice the
-    #: 16 MiB baseline so that a client holding what it sends still fails.
+    #: The sizes of the large stdin check, a baseline and the large size. A
+    #: provider whose test double is slow (a fake service in the test's own
+    #: process, under ``tracemalloc``) may lower both, the large one at least
+    #: 1.5 times the baseline plus 4 MiB, so that a client holding what it sends
+    #: still fails.
+    stdin_baseline_mib: ClassVar[int] = 16
     large_stdin_mib: ClassVar[int] = 100
 
     # -- stdin -------------------------------------------------------------------------
@@ -142,8 +145,9 @@ class InteractiveChecks(SandboxSuite):
     ) -> None:
         """100 MiB (``large_stdin_mib``) piped through ``cat`` to a file arrive
         byte-identical, and the client's peak memory is about the one for 16
-        MiB (one chunk in flight, whatever the size)."""
-        small = self._stdin_peak(sandbox, workdir, 16 * 1024 * 1024)
+        MiB (``stdin_baseline_mib``: one chunk in flight, whatever the size)."""
+        assert self.large_stdin_mib >= 1.5 * self.stdin_baseline_mib + 4, "too small to tell"
+        small = self._stdin_peak(sandbox, workdir, self.stdin_baseline_mib * 1024 * 1024)
         large = self._stdin_peak(sandbox, workdir, self.large_stdin_mib * 1024 * 1024)
         assert large < 1.5 * small + 4 * 1024 * 1024, (small, large)
 

@@ -13,17 +13,14 @@ import pytest
 from sandbox_sdk import errors
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.providers.daytona import DaytonaProvider, DaytonaSandbox
-from sandbox_sdk.testing import SandboxConformanceTests, provided_sandbox
+from sandbox_sdk.testing import provided_sandbox
+from tests.providers.cloud_fake import CloudFakeConformance
 from tests.providers.daytona.conftest import make_provider
 from tests.providers.daytona.fake_server import FakeDaytonaServer
 
 
-class DaytonaConformance(SandboxConformanceTests):
+class DaytonaConformance(CloudFakeConformance):
     """``SandboxConformanceTests``; subclasses supply the ``sandbox`` fixture (the live tests too)."""
-
-    #: The fake service runs in this test's process on the CI's two cores: 100 MiB
-    #: through it takes minutes; 32 MiB still tells one chunk in flight from a leak.
-    large_stdin_mib = 32
 
     async def test_async_twins(self, sandbox: BaseSandbox, workdir: str) -> None:
         """The kit's async test, then closing the loop's AsyncDaytona client (its aiohttp session)."""

@@ -21,16 +21,13 @@ from sandbox_sdk.provider_kit import transfer_error
 from sandbox_sdk.providers.e2b import E2BProvider, E2BSandbox
 from sandbox_sdk.providers.e2b._errors import typed_error
 from sandbox_sdk.providers.e2b.sandbox import _CommandRun
-from sandbox_sdk.testing import SandboxConformanceTests, provided_sandbox
+from sandbox_sdk.testing import provided_sandbox
+from tests.providers.cloud_fake import CloudFakeConformance
 from tests.providers.e2b.conftest import API_KEY, home_of, make_provider
 from tests.providers.e2b.fake_server import EndForm, FakeE2BServer
 
 
-class TestE2BSandbox(SandboxConformanceTests):
-    #: The fake service runs in this test's process on the CI's two cores: 100 MiB
-    #: through it takes minutes; 32 MiB still tells one chunk in flight from a leak.
-    large_stdin_mib = 32
-
+class TestE2BSandbox(CloudFakeConformance):
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, fake_e2b: FakeE2BServer) -> Iterator[BaseSandbox]:
@@ -38,11 +35,7 @@ class TestE2BSandbox(SandboxConformanceTests):
 
 
 @pytest.mark.slow
-class TestE2BSandboxFromAsyncSandbox(SandboxConformanceTests):
-    #: The fake service runs in this test's process on the CI's two cores: 100 MiB
-    #: through it takes minutes; 32 MiB still tells one chunk in flight from a leak.
-    large_stdin_mib = 32
-
+class TestE2BSandboxFromAsyncSandbox(CloudFakeConformance):
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, fake_e2b: FakeE2BServer) -> Iterator[E2BSandbox]:

@@ -21,8 +21,9 @@ from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, FileDownloadResponse, FileUploadResponse
 from sandbox_sdk.provider_kit import Progress, UploadSource
 from sandbox_sdk.providers.modal import ModalProvider, ModalSandbox
-from sandbox_sdk.testing import SandboxConformanceTests, provided_sandbox
+from sandbox_sdk.testing import provided_sandbox
 from sandbox_sdk.transfer import TransferResults
+from tests.providers.cloud_fake import CloudFakeConformance
 from tests.providers.modal.conftest import SeparateServer, make_provider
 from tests.providers.modal.fake_server import FakeModalServer
 
@@ -33,7 +34,7 @@ def separate_sandbox(separate_modal_server: SeparateServer) -> Iterator[BaseSand
     yield from provided_sandbox(make_provider(separate_modal_server), "memory")
 
 
-class _ClientMemoryMeasuredApart(SandboxConformanceTests):
+class _ClientMemoryMeasuredApart(CloudFakeConformance):
     """``stream`` reads an exec's output natively, and Modal keeps what the client
     has not read yet ("By default, all streams are buffered in memory, waiting
     to be consumed by the client": https://modal.com/docs/guide/sandbox-spawn,
@@ -45,10 +46,6 @@ class _ClientMemoryMeasuredApart(SandboxConformanceTests):
     (``GRPC_WINDOW_SIZE``, ``modal/_utils/grpc_utils.py:210`` in modal 1.6.4,
     the ``http2_*_window_size`` of its grpclib ``Configuration``), which the
     server fills whenever it sends faster than the client reads."""
-
-    #: The fake service runs in this test's process on the CI's two cores: 100 MiB
-    #: through it takes minutes; 32 MiB still tells one chunk in flight from a leak.
-    large_stdin_mib = 32
 
     stream_read_ahead = GRPC_WINDOW_SIZE
 
