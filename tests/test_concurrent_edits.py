@@ -50,7 +50,7 @@ def test_concurrent_staged_edits_all_land_and_leave_nothing(tmp_path: Path) -> N
         except BaseException as exc:  # noqa: BLE001 - reported by the test's thread
             failures.append(exc)
 
-    threads = [threading.Thread(target=edits, args=(thread,)) for thread in range(THREADS)]
+    threads = [threading.Thread(target=edits, args=(thread,), daemon=True) for thread in range(THREADS)]
     for thread in threads:
         thread.start()
     for thread in threads:

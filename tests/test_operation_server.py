@@ -269,7 +269,7 @@ def test_a_listener_that_is_not_the_server_gets_nothing_and_the_command_runs_alo
                 except ConnectionResetError:  # bash left the rest of the answer unread
                     heard.append(b"")
 
-        thread = threading.Thread(target=answer_once)
+        thread = threading.Thread(target=answer_once, daemon=True)
         thread.start()
         served.write("payload.txt", "all of it\n" * 1000)
         thread.join(PATIENCE)

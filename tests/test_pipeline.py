@@ -170,7 +170,7 @@ def test_ctrl_c_during_a_sync_pipeline_cleans_up_without_waiting(local: LocalSan
         if sandbox.window_filled.wait(FILL_SECONDS):
             os.kill(os.getpid(), signal.SIGINT)
 
-    interrupter = threading.Thread(target=interrupt_when_full)
+    interrupter = threading.Thread(target=interrupt_when_full, daemon=True)
     interrupter.start()
     try:
         with pytest.raises(KeyboardInterrupt):

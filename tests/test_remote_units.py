@@ -259,7 +259,7 @@ def test_a_kill_returns_the_exit_its_supervisor_records(tmp_path: Path, number: 
         time.sleep(0.3)
         proc.write_atomically(path, b"status", b'{"exit_code": %d, "timed_out": false}' % code)
 
-    supervisor = threading.Thread(target=supervise)
+    supervisor = threading.Thread(target=supervise, daemon=True)
     supervisor.start()
     try:
         value, _ = proc.send_signal(args, [])

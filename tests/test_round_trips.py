@@ -79,7 +79,7 @@ def idle_round_trips(sandbox: RecordingSandbox, events: Iterator[Any], wake: Cal
     the next item come, so the follower's thread ends."""
     next(events)
     sandbox.reset()
-    follower = threading.Thread(target=lambda: next(events))
+    follower = threading.Thread(target=lambda: next(events), daemon=True)
     follower.start()
     started = time.monotonic()
     time.sleep(IDLE_WINDOW)  # the window measured, not a wait for a condition

@@ -5,9 +5,10 @@ imported), on real files."""
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -24,28 +25,45 @@ exec(compile(sys.argv.pop(1), "_watcher.py", "exec"), {"__name__": "__main__"})
 SOURCE = resources.files("sandbox_sdk.remote").joinpath("_watcher.py").read_text("utf-8")
 
 
+#: How long a test waits for an event it is owed.
+EVENT_SECONDS = 60.0
+
+
 class Watcher:
+    """The watcher in a process of its own; its events read by a thread, so
+    that waiting for one has a deadline (a watcher says nothing while
+    nothing changes: a missed event must fail the test, not hang it)."""
+
     def __init__(self, directory: Path, method: str) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-c", LAUNCH, method, SOURCE, str(directory), "1", "0.1"],
             stdout=subprocess.PIPE,
             text=True,
         )
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
 
-    def events(self) -> Iterator[dict[str, str]]:
+    def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
+            self.lines.put(line)
+        self.lines.put("")  # its end
+
+    def events(self) -> Iterator[dict[str, str]]:
+        """Its events as they come, each waited for :data:`EVENT_SECONDS` at most."""
+        while line := self.lines.get(timeout=EVENT_SECONDS):
             yield json.loads(line)
 
     def until(self, wanted: set[tuple[str, str]]) -> list[dict[str, str]]:
-        """Events until each ``(kind, path)`` of ``wanted`` was seen (bounded); all of them."""
+        """Events until each ``(kind, path)`` of ``wanted`` was seen; all of them."""
         seen: list[dict[str, str]] = []
-        deadline = time.monotonic() + 60
-        for event in self.events():
-            seen.append(event)
-            if wanted <= {(e["kind"], e["path"]) for e in seen}:
-                return seen
-            assert time.monotonic() < deadline, seen
+        try:
+            for event in self.events():
+                seen.append(event)
+                if wanted <= {(e["kind"], e["path"]) for e in seen}:
+                    return seen
+        except queue.Empty:
+            raise AssertionError(f"no event for {EVENT_SECONDS} s, before {wanted}: {seen}") from None
         raise AssertionError(f"the watcher ended before {wanted}: {seen}")
 
 

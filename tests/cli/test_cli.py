@@ -171,8 +171,8 @@ def test_exec_output_is_live(sbx: Sbx, sandbox: str) -> None:
     assert process.stdout is not None
     assert process.stdout.readline() == "ready\n"
     sbx("exec", sandbox, "touch go")
-    assert process.stdout.read() == "go\n"
-    assert process.wait(timeout=120) == 0
+    assert process.communicate(timeout=120)[0] == "go\n"
+    assert process.returncode == 0
 
 
 def test_exec_timeout_is_status_124(sbx: Sbx, sandbox: str) -> None:
@@ -319,7 +319,7 @@ def run_on_a_terminal(sbx: Sbx, *args: str | Path, typed: str | None = None) -> 
                 return
             drawn.extend(chunk)
 
-    reader = threading.Thread(target=read)
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     status = process.wait(timeout=300)
     reader.join(timeout=60)

@@ -269,38 +269,40 @@ class InteractiveChecks(SandboxSuite):
 
     # -- watch -------------------------------------------------------------------------
 
-    def test_watch_reports_a_thousand_files_created_modified_moved_and_deleted(
+    @pytest.mark.asyncio
+    async def test_watch_reports_a_thousand_files_created_modified_moved_and_deleted(
         self, sandbox: BaseSandbox, workdir: str
     ) -> None:
         """Each phase is done in one command and waited for, as changes to one
-        path within the debounce are coalesced (created then deleted is nothing)."""
+        path within the debounce are coalesced (created then deleted is nothing).
+        (Async, for its deadline: a watch says nothing while nothing changes, so
+        a missed event would leave a plain ``next`` waiting for ever.)"""
         watched = self.p(workdir, "watched")
-        sandbox.mkdir(self.p(watched, "into"))
+        await sandbox.amkdir(self.p(watched, "into"))
         names = {self.p(watched, f"f{i}") for i in range(1000)}
         moved = {self.p(watched, "into", f"f{i}") for i in range(1000)}
-        events = sandbox.watch(watched)
-        try:
-            first = next(events)
+        phases = [
+            ("for i in $(seq 0 999); do : > f$i; done", "created", names),
+            ("for i in $(seq 0 999); do echo more >> f$i; done", "modified", names),
+            ("for i in $(seq 0 999); do mv f$i into/; done", "moved", names),
+            ("rm into/*", "deleted", moved),
+        ]
+        async with contextlib.aclosing(sandbox.awatch(watched)) as events:
+            with anyio.fail_after(OUTPUT_SECONDS):
+                first = await anext(events)
             assert (first.kind, first.path, first.method) == ("watching", watched, "inotify")
-            phases = [
-                ("for i in $(seq 0 999); do : > f$i; done", "created", names),
-                ("for i in $(seq 0 999); do echo more >> f$i; done", "modified", names),
-                ("for i in $(seq 0 999); do mv f$i into/; done", "moved", names),
-                ("rm into/*", "deleted", moved),
-            ]
             for command, kind, expected in phases:
-                assert sandbox.run(command, cwd=watched).exit_code == 0
+                assert (await sandbox.arun(command, cwd=watched)).exit_code == 0
                 seen: set[str] = set()
-                deadline = time.monotonic() + OUTPUT_SECONDS
-                while not expected <= seen:
-                    event = next(events)
-                    assert time.monotonic() < deadline, (kind, len(seen))
-                    if event.kind == kind:
-                        seen.add(event.path)
-                        if kind == "moved":
-                            assert event.dest == self.p(watched, "into", posixpath.basename(event.path))
-        finally:
-            events.close()
+                with anyio.move_on_after(OUTPUT_SECONDS):
+                    async for event in events:
+                        if event.kind == kind:
+                            seen.add(event.path)
+                            if kind == "moved":
+                                assert event.dest == self.p(watched, "into", posixpath.basename(event.path))
+                        if expected <= seen:
+                            break
+                assert expected <= seen, (kind, len(seen & expected), "of", len(expected))
 
     def test_closing_a_watch_ends_its_watcher(self, sandbox: BaseSandbox, workdir: str) -> None:
         before = {info.pid for info in sandbox.processes()}

@@ -185,7 +185,7 @@ def test_fork_bomb_is_contained(provider: BwrapProvider) -> None:
             peak = max(peak, pid_namespaces().get(jail, 0))
             time.sleep(0.02)
 
-    watcher = threading.Thread(target=watch)
+    watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
         response = sandbox.execute("bomb() { bomb | bomb & }; bomb; sleep 60")

@@ -240,7 +240,7 @@ def test_concurrent_get_or_create_converges_on_one_sandbox(server: FakeDaytonaSe
         barrier.wait()
         got.append(provider.get_or_create(labels=labels))
 
-    threads = [threading.Thread(target=client) for _ in range(2)]
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -412,7 +412,7 @@ async def test_a_handle_outlives_the_providers_aclose(server: FakeDaytonaServer)
 def test_close_closes_a_client_of_a_loop_running_in_another_thread(server: FakeDaytonaServer) -> None:
     provider = make_provider(server)
     loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever)
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
         sandbox = asyncio.run_coroutine_threadsafe(provider.acreate(), loop).result(60)

@@ -48,7 +48,7 @@ def test_reap_waits_for_a_get_and_sees_its_use(provider: LocalProvider) -> None:
     time.sleep(1.05)  # idle: expired, until a use
     reaped: list[str] = []
     with provider.store.locked(sandbox.id, exclusive=False) as directory:  # what get holds
-        reaper = threading.Thread(target=lambda: reaped.extend(provider.reap()))
+        reaper = threading.Thread(target=lambda: reaped.extend(provider.reap()), daemon=True)
         reaper.start()
         time.sleep(0.1)
         assert reaper.is_alive(), "reap did not wait for the get"

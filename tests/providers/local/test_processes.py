@@ -106,7 +106,7 @@ def interrupt_once_started(pids: Path, stop: threading.Event) -> None:
 @pytest.mark.parametrize("call", ["execute", "run"])
 def test_ctrl_c_kills_the_command(local: LocalSandbox, call: str) -> None:
     pids, stop = local.root_dir / "pids", threading.Event()
-    interrupter = threading.Thread(target=interrupt_once_started, args=(pids, stop))
+    interrupter = threading.Thread(target=interrupt_once_started, args=(pids, stop), daemon=True)
     interrupter.start()
     try:
         with pytest.raises(KeyboardInterrupt):
