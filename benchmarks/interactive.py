@@ -18,8 +18,6 @@ providers so drift in machine load hits both alike:
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import tempfile
 import threading
 import time
@@ -28,7 +26,16 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from benchmarks.processes import PROVIDERS, Counted, ms
+from benchmarks.processes import (
+    BASELINE,
+    PROVIDERS,
+    Counted,
+    baseline,
+    ms,
+    parse_options,
+    print_ratios,
+    sample_rounds,
+)
 from sandbox_sdk import PIPE, PtySize
 from sandbox_sdk.base import BaseSandbox
 
@@ -99,44 +106,25 @@ def idle_watch_rate(sandbox: BaseSandbox) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("rounds", nargs="?", type=int, default=10)
-    parser.add_argument("--providers", nargs="+", default=list(PROVIDERS), choices=list(PROVIDERS))
-    options = parser.parse_args()
+    options = parse_options(__doc__)
     measures: dict[str, Callable[[BaseSandbox], float]] = {
-        'execute("true")': lambda sandbox: ms(_timed(lambda: sandbox.execute("true"))),
+        BASELINE: baseline,
         "a keystroke's echo (terminal)": echo_ms,
         "write_stdin of a line (pipe)": pipe_write_ms,
     }
-    samples: dict[tuple[str, str], list[float]] = {}
     rates: dict[tuple[str, str], tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as state, ExitStack() as stack:
         sandboxes = {name: PROVIDERS[name](Path(state), stack) for name in options.providers}
-        for _ in range(options.rounds):
-            for measure, run in measures.items():
-                for name, sandbox in sandboxes.items():
-                    samples.setdefault((measure, name), []).append(run(sandbox))
+        samples = sample_rounds(sandboxes, measures, options.rounds)
         for name, sandbox in sandboxes.items():
             allowed = 1 / sandbox.limits.process_poll_wait
             rates[("idle terminal (a follower waiting)", name)] = (idle_terminal_rate(sandbox), allowed)
             rates[("idle watch", name)] = (idle_watch_rate(sandbox), allowed)
-    print(f'{options.rounds} rounds, milliseconds (median), ratio to the provider\'s execute("true")\n')
-    print('| measure | provider | median ms | / execute("true") |')
-    print("|---|---|---:|---:|")
-    for (measure, name), values in samples.items():
-        median = statistics.median(values)
-        base = statistics.median(samples[('execute("true")', name)])
-        print(f"| {measure} | {name} | {median:.1f} | {median / base:.1f}x |")
+    print_ratios(samples, options.rounds)
     print("\n| round trips per second while idle | provider | measured | one per poll wait |")
     print("|---|---|---:|---:|")
     for (label, name), (rate, allowed) in rates.items():
         print(f"| {label} | {name} | {rate:.2f} | {allowed:.2f} |")
-
-
-def _timed(call: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    call()
-    return time.perf_counter() - started
 
 
 if __name__ == "__main__":

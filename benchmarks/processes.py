@@ -129,44 +129,73 @@ def polls_per_second(sandbox: BaseSandbox, command: str) -> float:
     return polls / elapsed
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+BASELINE = 'execute("true")'
+
+
+def parse_options(doc: str | None) -> argparse.Namespace:
+    """A benchmark's command line: ``[rounds] [--providers NAME...]`` (of :data:`PROVIDERS`)."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     parser.add_argument("rounds", nargs="?", type=int, default=10)
     parser.add_argument("--providers", nargs="+", default=list(PROVIDERS), choices=list(PROVIDERS))
-    options = parser.parse_args()
+    return parser.parse_args()
+
+
+def baseline(sandbox: BaseSandbox) -> float:
+    """Milliseconds of ``execute("true")``: the round trip every ratio is against."""
+    return ms(timed(lambda: sandbox.execute("true")))
+
+
+def sample_rounds(
+    sandboxes: dict[str, BaseSandbox], measures: dict[str, Callable[[BaseSandbox], float]], rounds: int
+) -> dict[tuple[str, str], list[float]]:
+    """Each measure of each sandbox ``rounds`` times, rounds alternating between
+    the sandboxes so that drift in the machine's load hits them alike."""
+    samples: dict[tuple[str, str], list[float]] = {}
+    for _ in range(rounds):
+        for measure, run in measures.items():
+            for name, sandbox in sandboxes.items():
+                samples.setdefault((measure, name), []).append(run(sandbox))
+    return samples
+
+
+def print_ratios(samples: dict[tuple[str, str], list[float]], rounds: int) -> None:
+    """The medians of ``samples`` (whose measures include :data:`BASELINE`), each
+    over its provider's baseline, as a Markdown table."""
+    print(f"{rounds} rounds, milliseconds (median), ratio to the provider's {BASELINE}\n")
+    print(f"| measure | provider | median ms | / {BASELINE} |")
+    print("|---|---|---:|---:|")
+    for (measure, name), values in samples.items():
+        median = statistics.median(values)
+        base = statistics.median(samples[(BASELINE, name)])
+        print(f"| {measure} | {name} | {median:.1f} | {median / base:.1f}x |")
+
+
+def main() -> None:
+    options = parse_options(__doc__)
     measures: dict[str, Callable[[BaseSandbox], float]] = {
-        'execute("true")': lambda sandbox: ms(_timed(lambda: sandbox.execute("true"))),
-        "stat (a script round trip, for scale)": lambda sandbox: ms(_timed(lambda: sandbox.stat("."))),
+        BASELINE: baseline,
+        "stat (a script round trip, for scale)": lambda sandbox: ms(timed(lambda: sandbox.stat("."))),
         "first output byte": lambda sandbox: first_byte(sandbox)[0],
         "followed run to its end (2 s command)": lambda sandbox: first_byte(sandbox)[1],
         "poll round trip (read)": poll_trip,
         "start + kill": start_kill,
     }
-    samples: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as state, ExitStack() as stack:
         sandboxes = {name: PROVIDERS[name](Path(state), stack) for name in options.providers}
-        for _ in range(options.rounds):
-            for measure, run in measures.items():
-                for name, sandbox in sandboxes.items():
-                    samples.setdefault((measure, name), []).append(run(sandbox))
+        samples = sample_rounds(sandboxes, measures, options.rounds)
         rates = {}
         for name, sandbox in sandboxes.items():
             for label, command in (("quiet", QUIET), ("chatty", CHATTY)):
                 rates[(label, name)] = f"{polls_per_second(sandbox, command):.2f}"
-    print(f'{options.rounds} rounds, milliseconds (median), ratio to the provider\'s execute("true")\n')
-    print('| measure | provider | median ms | / execute("true") |')
-    print("|---|---|---:|---:|")
-    for (measure, name), values in samples.items():
-        median = statistics.median(values)
-        base = statistics.median(samples[('execute("true")', name)])
-        print(f"| {measure} | {name} | {median:.1f} | {median / base:.1f}x |")
+    print_ratios(samples, options.rounds)
     print("\n| polls per second of runtime | provider | at the default interval |")
     print("|---|---|---:|")
     for (label, name), rate in rates.items():
         print(f"| {label} ({QUIET if label == 'quiet' else 'a line every 50 ms'}) | {name} | {rate} |")
 
 
-def _timed(call: Callable[[], object]) -> float:
+def timed(call: Callable[[], object]) -> float:
+    """Seconds ``call`` takes."""
     started = time.perf_counter()
     call()
     return time.perf_counter() - started
