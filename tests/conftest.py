@@ -51,6 +51,7 @@ NO_PROCESS_TESTS: dict[str, tuple[str, ...]] = {
     "tests/test_hardening_inputs.py": ("test_bytes_that_are_not_text_still_pass",),
     "tests/test_kernel.py": (),
     "tests/test_limits.py": (),
+    "tests/test_network_policy.py": (),
     "tests/test_known_gaps.py": (),
     "tests/test_lifetime.py": (
         "test_with_provider_closes_it",

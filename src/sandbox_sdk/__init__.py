@@ -67,6 +67,7 @@ from sandbox_sdk.models import (
     WriteResult,
 )
 from sandbox_sdk.mounts import Mount, agent_data_mounts
+from sandbox_sdk.network import NetworkPolicy
 from sandbox_sdk.process import Process
 from sandbox_sdk.provider import SandboxProvider
 from sandbox_sdk.registry import available_providers, get_provider
@@ -121,6 +122,7 @@ __all__ = [
     "InvalidPathError",
     "Limits",
     "Mount",
+    "NetworkPolicy",
     "NotTextFileError",
     "OutputLimitExceededError",
     "Process",

@@ -28,6 +28,7 @@ from sandbox_sdk._handle import CreateOptions
 from sandbox_sdk._kernel import can_clean_up
 from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.models import ExecuteResponse, SandboxInfo, SandboxPage
+from sandbox_sdk.network import NetworkPolicy
 from sandbox_sdk.snapshots import Snapshot, SnapshotStore
 
 SandboxT = TypeVar("SandboxT", bound=BaseSandbox)
@@ -193,6 +194,8 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
     #: Whether ``create`` binds host paths into a sandbox (``mounts=[Mount(...)]``,
     #: docs/policy.md); a provider that cannot refuses the option by name.
     supports_mounts: ClassVar[bool] = False
+    #: Whether ``create(network=NetworkPolicy(...))`` is enforced (docs/policy.md).
+    supports_network_policy: ClassVar[bool] = False
 
     #: Seconds a new sandbox may take to show in ``list``. A provider whose
     #: listing lags and whose label lock is not exclusive across clients sets
@@ -205,6 +208,11 @@ class LifecycleFlows(ABC, Generic[SandboxT]):
         if options.get("mounts") and not self.supports_mounts:
             raise errors.InvalidArgumentError(
                 f"the {self.name} provider cannot mount host paths into a sandbox (mounts=...): "
+                "docs/policy.md lists the providers that can"
+            )
+        if isinstance(options.get("network"), NetworkPolicy) and not self.supports_network_policy:
+            raise errors.UnsupportedError(
+                f"the {self.name} provider cannot enforce a NetworkPolicy (egress by name): "
                 "docs/policy.md lists the providers that can"
             )
 

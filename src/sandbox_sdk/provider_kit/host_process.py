@@ -213,3 +213,14 @@ def _unlinked_temp_file() -> int:
     os.unlink(path)
     os.fchmod(fd, 0o644)
     return fd
+
+
+def start_time(pid: int) -> str:
+    """Process ``pid``'s start time in clock ticks since boot (field 22 of its
+    stat), which tells it from a later process given the same pid; ``""`` if
+    there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return ""

@@ -34,12 +34,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sandbox_sdk import errors, protocol
 from sandbox_sdk.models import TIMEOUT_EXIT_CODE, ExecuteResponse
+from sandbox_sdk.network import NetworkPolicy
+from sandbox_sdk.provider_kit.egress_proxy import EGRESS_PORT, start_proxy
+from sandbox_sdk.provider_kit.host_process import start_time
 from sandbox_sdk.providers.bwrap import _scripts
 
 if TYPE_CHECKING:
     from sandbox_sdk.providers.bwrap.sandbox import Jail, JailSettings
 
 SOCKET_FILE = "socket"
+#: The pid and start time of the jail's egress proxy (``create(network=NetworkPolicy(...))``).
+EGRESS_PID_FILE = "egress-pid"
 LOCK_FILE = "lock"
 PID_FILE = "pid"
 LOG_FILE = "log"
@@ -167,24 +172,10 @@ class JailClient:
         need be), made by the jail's server in the jail's network namespace
         and handed over as a descriptor; ``ConnectionRefusedError`` (an
         ``OSError``) if nothing there accepts it."""
-        request = json.dumps({"connect": port}).encode()
         with self._connect() as conn:
-            conn.settimeout(CONNECT_REPLY_SECONDS)
-            _send_request(conn, HEADER.pack(len(request)) + request, ())
-            header, ancillary, _flags, _address = conn.recvmsg(FRAME.size, socket.CMSG_SPACE(4))
-            if len(header) < FRAME.size:
-                raise ConnectionResetError(f"the jail did not answer a connection to port {port}")
-            kind, length = FRAME.unpack(header)
-            if kind == b"c":
-                for level, message_type, data in ancillary:
-                    if level == socket.SOL_SOCKET and message_type == socket.SCM_RIGHTS and len(data) >= 4:
-                        target = socket.socket(fileno=array.array("i", data[:4])[0])
-                        target.setblocking(True)
-                        return target
-                raise ConnectionResetError(f"the jail sent no connection to port {port}")
-            reason = _receive_exactly(conn, length).decode("utf-8", "replace")
-            raise ConnectionRefusedError(f"port {port} in the sandbox: {reason}")
+            return _socket_from_jail(conn, {"connect": port}, f"port {port} in the sandbox")
 
+    @staticmethod
     @staticmethod
     def _reply(reader: _FrameReader, first: tuple[bytes, bytes], max_output_bytes: int) -> ExecuteResponse:
         """The command's output and status, from its first frame on."""
@@ -232,6 +223,15 @@ class JailClient:
                 self._start()
             return _connect(self.directory)
 
+    def _start_egress_proxy(self, policy: NetworkPolicy, jail_pid: int) -> None:
+        """The proxy that is the jail's only way out (``provider_kit.egress_proxy``),
+        on a listening socket the jail's server makes on the jail's loopback."""
+        with _connect(self.directory) as conn:
+            listener = _socket_from_jail(conn, {"listen": EGRESS_PORT}, "the egress proxy's port")
+        with listener, open(self.directory / LOG_FILE, "ab") as log:
+            pid = start_proxy(listener.fileno(), policy, jail_pid, log.fileno())
+        (self.directory / EGRESS_PID_FILE).write_text(f"{pid} {start_time(pid)}\n")
+
     def _start(self) -> None:
         """Start a jail over a new listening socket (what is left of an old
         one killed first); called holding the lock. Its server inherits the
@@ -274,7 +274,9 @@ class JailClient:
         if info is None:
             raise errors.SandboxRuntimeError(f"the bwrap jail did not start: {self.log_tail()}")
         pid = int(info["child-pid"])
-        (self.directory / PID_FILE).write_text(f"{pid} {_start_time(pid)}\n")
+        (self.directory / PID_FILE).write_text(f"{pid} {start_time(pid)}\n")
+        if isinstance(self.settings.network, NetworkPolicy):
+            self._start_egress_proxy(self.settings.network, pid)
 
     def _keeps_a_server(self) -> bool:
         processes = self.settings.limits.processes
@@ -352,6 +354,28 @@ def _send_request(conn: socket.socket, data: bytes, pass_fds: Sequence[int]) -> 
         conn.sendall(data[sent:])
 
 
+def _socket_from_jail(conn: socket.socket, request: dict[str, int], what: str) -> socket.socket:
+    """A socket the jail's server made for ``request`` (a connection to, or a
+    listener on, a port of the jail's loopback), passed over ``conn``;
+    ``ConnectionRefusedError`` with the server's reason if it could not."""
+    data = json.dumps(request).encode()
+    conn.settimeout(CONNECT_REPLY_SECONDS)
+    _send_request(conn, HEADER.pack(len(data)) + data, ())
+    header, ancillary, _flags, _address = conn.recvmsg(FRAME.size, socket.CMSG_SPACE(4))
+    if len(header) < FRAME.size:
+        raise ConnectionResetError(f"the jail did not answer for {what}")
+    kind, length = FRAME.unpack(header)
+    if kind == b"c":
+        for level, message_type, payload in ancillary:
+            if level == socket.SOL_SOCKET and message_type == socket.SCM_RIGHTS and len(payload) >= 4:
+                made = socket.socket(fileno=array.array("i", payload[:4])[0])
+                made.setblocking(True)
+                return made
+        raise ConnectionResetError(f"the jail sent no socket for {what}")
+    reason = _receive_exactly(conn, length).decode("utf-8", "replace")
+    raise ConnectionRefusedError(f"{what}: {reason}")
+
+
 def _connect(directory: Path) -> socket.socket:
     """A connection to the jail's socket (through a descriptor of its
     directory: a socket path may not exceed 107 bytes)."""
@@ -398,36 +422,31 @@ def _read_info(fd: int) -> dict[str, Any] | None:
     return info
 
 
-def _start_time(pid: int) -> str:
-    """The process's start time in clock ticks since boot (field 22 of its
-    stat), which tells it from a later process given the same pid."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return ""
-
-
 def stop_jail(directory: Path) -> None:
-    """Kill the jail recorded in ``directory`` with everything in it, if it
-    still runs, and wait until it has ended."""
+    """Kill the jail recorded in ``directory`` with everything in it, and its
+    egress proxy, if they still run, and wait until they have ended."""
+    _kill_recorded(directory / PID_FILE)  # PID 1 exits after every other process of its namespace
+    _kill_recorded(directory / EGRESS_PID_FILE)
+    for name in (PID_FILE, EGRESS_PID_FILE, SOCKET_FILE):
+        with contextlib.suppress(FileNotFoundError):
+            (directory / name).unlink()
+
+
+def _kill_recorded(record: Path) -> None:
+    """Kill the process ``record`` names (its pid and start time), if that
+    process still runs, and wait (bounded) until it has exited."""
     try:
-        pid_text, _, started = (directory / PID_FILE).read_text().strip().partition(" ")
+        pid_text, _, started = record.read_text().strip().partition(" ")
     except (FileNotFoundError, NotADirectoryError):
         return
     try:
         pidfd = os.pidfd_open(int(pid_text))
     except ProcessLookupError:
-        pidfd = -1
-    if pidfd >= 0:
-        try:
-            if _start_time(int(pid_text)) == started:
-                with contextlib.suppress(ProcessLookupError):
-                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                # readable once it has exited; PID 1 exits after every other process of its namespace
-                select.select([pidfd], [], [], START_SECONDS)
-        finally:
-            os.close(pidfd)
-    for name in (PID_FILE, SOCKET_FILE):
-        with contextlib.suppress(FileNotFoundError):
-            (directory / name).unlink()
+        return
+    try:
+        if start_time(int(pid_text)) == started:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            select.select([pidfd], [], [], START_SECONDS)  # readable once it has exited
+    finally:
+        os.close(pidfd)

@@ -32,6 +32,10 @@ format, all integers big-endian:
   one ``c`` frame carrying the connected socket (``SCM_RIGHTS``), or an
   ``e`` frame with the error's text. The host's port forwarder
   (``sandbox.expose_port``) asks this once per forwarded connection.
+* a request ``{"listen": PORT}`` runs no command either: the server makes a
+  socket listening on the jail's ``127.0.0.1:PORT`` and replies with it in a
+  ``c`` frame; a sandbox with a network policy's host-side egress proxy
+  serves it.
 
 What a command leaves behind follows one rule, however the command ends
 (exit, timeout, cancel, hang-up): whatever is in its process group then is
@@ -315,10 +319,13 @@ class Server:
             except (OSError, EOFError, ValueError) as exc:
                 print("jail server: a request was not received:", repr(exc), file=sys.stderr, flush=True)
                 return
-            if "connect" in request:
+            if "connect" in request or "listen" in request:
                 for fd in fds:
                     os.close(fd)
-                self.connect_port(conn, int(request["connect"]))
+                if "connect" in request:
+                    self.connect_port(conn, int(request["connect"]))
+                else:
+                    self.listen_port(conn, int(request["listen"]))
                 return
             wanted_fds = list(request["fds"])
             channel = request.get("channel_fd")
@@ -374,6 +381,20 @@ class Server:
         with target:
             target.settimeout(None)
             rights = array.array("i", [target.fileno()])
+            conn.sendmsg([FRAME.pack(b"c", 0)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+
+    def listen_port(self, conn: socket.socket, port: int) -> None:
+        """A socket listening on the jail's ``127.0.0.1:port``, handed to the
+        client: the egress proxy, which serves it from the host's network
+        namespace. No process of the jail holds it (this server closes its
+        copy), so none can take the port or accept on it in the proxy's place."""
+        try:
+            listener = socket.create_server(("127.0.0.1", port), backlog=128)
+        except OSError as exc:
+            send_frame(conn, b"e", str(exc).encode())
+            return
+        with listener:
+            rights = array.array("i", [listener.fileno()])
             conn.sendmsg([FRAME.pack(b"c", 0)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
 
     def reply(self, conn: socket.socket, output: bytes, status: Dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from sandbox_sdk import errors
 from sandbox_sdk.mounts import Mount, as_records, check_mounts
+from sandbox_sdk.network import NetworkPolicy
 from sandbox_sdk.provider_kit.host_state import USAGE_FILE, WORKSPACE_DIR, HostStateProvider, SandboxRecord
 from sandbox_sdk.providers.bwrap._jail import Expiry, stop_jail
 from sandbox_sdk.providers.bwrap.sandbox import (
@@ -31,7 +32,7 @@ class BwrapProviderOptions(TypedDict, total=False):
 
     state_dir: str | os.PathLike[str] | None
     limits: ResourceLimits | None
-    network: bool
+    network: bool | NetworkPolicy
     env: Mapping[str, str] | None
     max_output_bytes: int
     bwrap: str | None
@@ -43,7 +44,9 @@ class BwrapProvider(HostStateProvider[BwrapSandbox]):
     """Hands out :class:`BwrapSandbox` es, each a directory under ``state_dir``.
 
     ``limits``, ``network`` and ``env`` are defaults for new sandboxes;
-    ``create`` takes ``limits``, ``network`` and ``mounts`` (host paths bound
+    ``create`` takes ``limits``, ``network`` (``True``: the host's network;
+    ``False``: none; a :class:`~sandbox_sdk.NetworkPolicy`: out only through
+    the SDK's egress proxy) and ``mounts`` (host paths bound
     into the jail: :class:`~sandbox_sdk.Mount`, docs/policy.md) per sandbox
     (recorded, so the sandbox keeps them) besides ``ttl``, ``idle_timeout``
     and ``setup``.
@@ -53,13 +56,14 @@ class BwrapProvider(HostStateProvider[BwrapSandbox]):
     name = "bwrap"
     extra_options = frozenset({"limits", "network", "mounts"})
     supports_mounts = True
+    supports_network_policy = True
 
     def __init__(
         self,
         state_dir: str | os.PathLike[str] | None = None,
         *,
         limits: ResourceLimits | None = None,
-        network: bool = False,
+        network: bool | NetworkPolicy = False,
         env: Mapping[str, str] | None = None,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         bwrap: str | None = None,
@@ -88,13 +92,14 @@ class BwrapProvider(HostStateProvider[BwrapSandbox]):
         if not isinstance(limits, ResourceLimits):
             raise errors.InvalidArgumentError("limits must be a ResourceLimits or a mapping of its fields")
         network = options.get("network", self.network)
-        if not isinstance(network, bool):
-            raise errors.InvalidArgumentError("network must be a bool")
+        if not isinstance(network, bool | NetworkPolicy):
+            raise errors.InvalidArgumentError(f"network must be a bool or a NetworkPolicy, not {network!r}")
         mounts = check_mounts(options.get("mounts", ()), workspace=WORKSPACE_PATH)
         (staging_dir / TMP_DIR).mkdir()
         for directory in (staging_dir / WORKSPACE_DIR, staging_dir / TMP_DIR):
             self.jail.own(directory)
-        return {"limits": limits.model_dump(), "network": network, "mounts": as_records(mounts)}
+        recorded = network if isinstance(network, bool) else network.model_dump(mode="json")
+        return {"limits": limits.model_dump(), "network": recorded, "mounts": as_records(mounts)}
 
     def _open(self, record: SandboxRecord, directory: Path) -> BwrapSandbox:
         return BwrapSandbox(
@@ -102,7 +107,7 @@ class BwrapProvider(HostStateProvider[BwrapSandbox]):
             tmp_dir=directory / TMP_DIR,
             sandbox_id=record.id,
             limits=ResourceLimits.model_validate(record.options.get("limits", {})),
-            network=bool(record.options.get("network", False)),
+            network=recorded_network(record.options.get("network", False)),
             mounts=[Mount.model_validate(mount) for mount in record.options.get("mounts", [])],
             env=self.env,
             max_output_bytes=self.max_output_bytes,
@@ -118,3 +123,8 @@ class BwrapProvider(HostStateProvider[BwrapSandbox]):
     def _release(self, directory: Path) -> None:
         """End the sandbox's jail, with every process in it."""
         stop_jail(directory / JAIL_DIR)
+
+
+def recorded_network(value: Any) -> bool | NetworkPolicy:
+    """A sandbox record's ``network``: a bool, or a policy's fields."""
+    return value if isinstance(value, bool) else NetworkPolicy(**value)

@@ -25,7 +25,9 @@ from sandbox_sdk.base import BaseSandbox
 from sandbox_sdk.limits import Limits
 from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.mounts import Mount, check_mounts, open_source
+from sandbox_sdk.network import NetworkPolicy
 from sandbox_sdk.provider_kit import command_seconds
+from sandbox_sdk.provider_kit.egress_proxy import EGRESS_PORT, proxy_env
 from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script
 from sandbox_sdk.provider_kit.host_state import mark_used
 from sandbox_sdk.provider_kit.port_forward import PortForwarder
@@ -241,7 +243,8 @@ class JailSettings(NamedTuple):
     workspace: Path
     tmp_dir: Path
     limits: ResourceLimits
-    network: bool
+    #: ``True``: the host's network; ``False``: none; a policy: none but the egress proxy.
+    network: bool | NetworkPolicy
     mounts: tuple[Mount, ...] = ()
 
 
@@ -344,7 +347,7 @@ class Jail:
             "--hostname",
             "sandbox",
         ]
-        if not settings.network:
+        if settings.network is not True:
             options.append("--unshare-net")
         if self.as_root:  # to drop to the sandbox user below; dropped with it
             options += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -459,7 +462,7 @@ class BwrapSandbox(BaseSandbox):
         tmp_dir: str | os.PathLike[str],
         sandbox_id: str | None = None,
         limits: ResourceLimits | None = None,
-        network: bool = False,
+        network: bool | NetworkPolicy = False,
         mounts: Sequence[Mount] = (),
         env: Mapping[str, str] | None = None,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
@@ -479,7 +482,8 @@ class BwrapSandbox(BaseSandbox):
         #: The jail's resource limits (``limits`` above; the round-trip limits are ``self.limits``).
         self.resources = limits or ResourceLimits()
         self.network = network
-        self.env = {**BASE_ENV, **(env or {})}
+        proxied = proxy_env(EGRESS_PORT) if isinstance(network, NetworkPolicy) else {}
+        self.env = {**BASE_ENV, **proxied, **(env or {})}
         self.limits = replace(self.limits, max_output_bytes=max_output_bytes)
         self.state_dir = state_dir
         if state_dir is None:
