@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import socket
 import subprocess
@@ -37,7 +36,6 @@ from urllib.parse import urlsplit
 from sandbox_sdk.network import EgressRefused, NetworkPolicy
 from sandbox_sdk.provider_kit.host_process import start_time
 
-log = logging.getLogger("sandbox_sdk.egress")
 #: The port the proxy listens on in a sandbox (on its own loopback: the
 #: sandbox's network namespace has nothing else), the one programs there are
 #: told of by :func:`proxy_env`.
@@ -100,8 +98,7 @@ class EgressProxy:
                 host, port, request = origin_request(method, target, headers)
                 upstream = self.open(host, port)
                 upstream.sendall(request)
-        except EgressRefused as exc:
-            log.info("egress refused: %s", exc)
+        except EgressRefused as exc:  # said to the client only: a log of refusals is the sandbox's to fill
             reply(client, 403, "Forbidden", str(exc))
             return
         except BadRequest as exc:
@@ -272,5 +269,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s egress: %(message)s")
     main(sys.argv[1:])

@@ -276,7 +276,10 @@ class JailClient:
         pid = int(info["child-pid"])
         (self.directory / PID_FILE).write_text(f"{pid} {start_time(pid)}\n")
         if isinstance(self.settings.network, NetworkPolicy):
-            self._start_egress_proxy(self.settings.network, pid)
+            try:
+                self._start_egress_proxy(self.settings.network, pid)
+            except OSError as exc:  # the jail runs with no way out (its proxy's port is closed)
+                raise errors.SandboxRuntimeError(f"the sandbox's egress proxy did not start: {exc}") from exc
 
     def _keeps_a_server(self) -> bool:
         processes = self.settings.limits.processes
