@@ -3,7 +3,8 @@
 It listens on the host (``127.0.0.1`` unless asked for another address) and,
 for each connection it accepts, asks the provider for a connection to the
 port inside the sandbox (``connect``: bwrap's jail server connects from
-inside the jail's network namespace and hands the socket over), then copies
+inside the jail's network namespace and hands the socket over; docker gives
+one end of a socket pair carried to a relay exec in the container), then copies
 bytes both ways until either side closes, so HTTP and WebSocket both work.
 A ``connect`` that raises ``SandboxNotFoundError`` (the sandbox is gone)
 closes the forwarder; any other failure closes that one connection.
