@@ -611,7 +611,8 @@ class SandboxOperations(SandboxCore):
         """A URL on the host (``http://HOST:PORT``, for HTTP and WebSocket)
         that reaches ``port`` inside the sandbox, until :meth:`unexpose` or the
         sandbox's end. ``UnsupportedError`` where the provider has no way in
-        (docs/policy.md); bwrap forwards into the jail's network namespace."""
+        (docs/policy.md); bwrap forwards into the jail's network namespace,
+        docker relays each connection with an exec in the container."""
         raise errors.UnsupportedError(
             f"{type(self).__name__} cannot expose ports to the host "
             "(docs/policy.md lists the providers that can)"

@@ -3,7 +3,8 @@
 It listens on the host (``127.0.0.1`` unless asked for another address) and,
 for each connection it accepts, asks the provider for a connection to the
 port inside the sandbox (``connect``: bwrap's jail server connects from
-inside the jail's network namespace and hands the socket over), then copies
+inside the jail's network namespace and hands the socket over; docker gives
+one end of a socket pair carried to a relay exec in the container), then copies
 bytes both ways until either side closes, so HTTP and WebSocket both work.
 A ``connect`` that raises ``SandboxNotFoundError`` (the sandbox is gone)
 closes the forwarder; any other failure closes that one connection.
@@ -106,3 +107,31 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
         pass
     with contextlib.suppress(OSError):
         sink.shutdown(socket.SHUT_WR)
+
+
+class ExposedPorts:
+    """A sandbox's forwarders, one per port exposed: what ``expose_port`` and
+    ``unexpose`` keep, whatever ``connect(port)`` reaches the port with."""
+
+    def __init__(self, connect: Callable[[int], socket.socket]) -> None:
+        self._connect = connect
+        self._forwarders: dict[int, PortForwarder] = {}
+        self._lock = threading.Lock()
+
+    def expose(self, port: int, host: str) -> str:
+        """The URL of ``port``'s forwarder, started on ``host`` unless one is already
+        running (exposing a port again returns the same URL)."""
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise errors.InvalidArgumentError(f"port must be an int from 1 to 65535, not {port!r}")
+        with self._lock:
+            forwarder = self._forwarders.get(port)
+            if forwarder is None or forwarder.closed:
+                forwarder = PortForwarder(lambda: self._connect(port), host=host)
+                self._forwarders[port] = forwarder
+            return forwarder.url
+
+    def unexpose(self, port: int) -> None:
+        with self._lock:
+            forwarder = self._forwarders.pop(port, None)
+        if forwarder is not None:
+            forwarder.close()

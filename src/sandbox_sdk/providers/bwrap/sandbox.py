@@ -30,7 +30,7 @@ from sandbox_sdk.provider_kit import command_seconds
 from sandbox_sdk.provider_kit.egress_proxy import EGRESS_PORT, proxy_env
 from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script
 from sandbox_sdk.provider_kit.host_state import mark_used
-from sandbox_sdk.provider_kit.port_forward import PortForwarder
+from sandbox_sdk.provider_kit.port_forward import ExposedPorts
 from sandbox_sdk.providers.bwrap import _keyring, _scripts, _seccomp
 from sandbox_sdk.providers.bwrap._jail import (
     CANCEL_POLL_SECONDS,
@@ -495,8 +495,7 @@ class BwrapSandbox(BaseSandbox):
         self.mounts = check_mounts(mounts, workspace=WORKSPACE_PATH)
         settings = JailSettings(self.workspace, self.tmp_dir, self.resources, self.network, self.mounts)
         self.jail = JailClient(jail, settings, jail_dir, expiry or Expiry())
-        self._ports: dict[int, PortForwarder] = {}
-        self._ports_lock = threading.Lock()
+        self._ports = ExposedPorts(self.jail.connect_port)
 
     @property
     def id(self) -> str:
@@ -507,20 +506,10 @@ class BwrapSandbox(BaseSandbox):
         ``host`` (loopback by default) whose every connection the jail's
         server makes from inside the jail's network namespace (docs/policy.md).
         Exposing a port again returns the same URL."""
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise errors.InvalidArgumentError(f"port must be an int from 1 to 65535, not {port!r}")
-        with self._ports_lock:
-            forwarder = self._ports.get(port)
-            if forwarder is None or forwarder.closed:
-                forwarder = PortForwarder(lambda: self.jail.connect_port(port), host=host)
-                self._ports[port] = forwarder
-            return forwarder.url
+        return self._ports.expose(port, host)
 
     def unexpose(self, port: int) -> None:
-        with self._ports_lock:
-            forwarder = self._ports.pop(port, None)
-        if forwarder is not None:
-            forwarder.close()
+        self._ports.unexpose(port)
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
         return self._execute(command, timeout, None)
