@@ -276,8 +276,9 @@ PACKAGE = "sandbox_sdk"
 #: their modules included) it holds; a module imports only from its own layer or
 #: those below. Read from the code, bottom up:
 #:
-#: - vocabulary: the errors, the result models and the runner's wire format
-#:   (``wire`` speaks in ``errors``); nothing else of the package.
+#: - vocabulary: the errors, the result models, the runner's wire format
+#:   (``wire`` speaks in ``errors``) and the policies (``mounts``, ``network``);
+#:   nothing else of the package.
 #: - protocol: the in-sandbox scripts (``remote``, stdlib only, importing only
 #:   one another) and the client side of their framing (``protocol``).
 #: - calls: one operation as a call, run by the kernel (``_kernel``) over a
@@ -294,7 +295,16 @@ PACKAGE = "sandbox_sdk"
 #: - applications: what is built on the public API (integrations, the runner,
 #:   the CLI, the conformance suites).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("vocabulary", ("sandbox_sdk.errors", "sandbox_sdk.models", "sandbox_sdk.wire", "sandbox_sdk.mounts")),
+    (
+        "vocabulary",
+        (
+            "sandbox_sdk.errors",
+            "sandbox_sdk.models",
+            "sandbox_sdk.wire",
+            "sandbox_sdk.mounts",
+            "sandbox_sdk.network",
+        ),
+    ),
     ("protocol", ("sandbox_sdk.remote", "sandbox_sdk.protocol")),
     (
         "calls",
