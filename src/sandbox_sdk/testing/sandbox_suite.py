@@ -143,6 +143,12 @@ class SandboxConformanceTests(InteractiveChecks):
     #: the bounded-memory stream test allows for them, and streams enough
     #: past them to still tell a bound from a leak.
     stream_read_ahead: ClassVar[int] = 0
+    #: Seconds between the writes whose arrival order the ordering tests check.
+    #: A provider that reads stdout and stderr as two streams orders them by
+    #: arrival, so a pause of its client longer than this (a test double in
+    #: the test's own process, on a loaded machine) may swap two writes: such
+    #: a provider's tests may raise it.
+    interleave_seconds: ClassVar[float] = 0.5
 
     # -- execute -------------------------------------------------------------------------
 
@@ -858,8 +864,9 @@ class SandboxConformanceTests(InteractiveChecks):
     ) -> None:
         pieces: list[str] = []
         callback = pieces.append if followed else None
+        pause = f"sleep {self.interleave_seconds:g}"
         result = sandbox.run(
-            "echo o1; sleep 0.5; echo e1 >&2; sleep 0.5; echo o2; sleep 0.5; echo e2 >&2",
+            f"echo o1; {pause}; echo e1 >&2; {pause}; echo o2; {pause}; echo e2 >&2",
             on_stdout=callback,
             on_stderr=callback,
         )
