@@ -11,14 +11,25 @@ from typing import Any
 import pytest
 
 from sandbox_sdk import PtySize
+from sandbox_sdk._session import MAX_FAILED_LAUNCHES, session_of
 from sandbox_sdk.providers.local import LocalSandbox
 from sandbox_sdk.testing.recording import RecordingSandbox
 
 
 @pytest.fixture
 def sandbox(local: LocalSandbox) -> RecordingSandbox:
+    """A sandbox whose operation server runs: the commands measured are the
+    steady state's, not the one that starts a server (the command after the
+    first to find none carries the launch). Without this, what is measured
+    depends on whether an earlier test left a server in the user's scripts
+    directory that has not idled out yet."""
     recording = RecordingSandbox(local)
     recording.write("dir/file.txt", "alpha\nbeta\n")
+    session = session_of(recording)
+    for _ in range(MAX_FAILED_LAUNCHES + 1):
+        if not session.server_wanted:
+            break
+        recording.ls(".")  # carries the launch
     recording.reset()
     return recording
 
