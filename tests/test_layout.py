@@ -44,6 +44,7 @@ PRIVATE_UNIT_TESTS = {
     ),
     "tests/test_pipeline.py": ("sandbox_sdk._core", "sandbox_sdk._calls", "sandbox_sdk._session"),
     "tests/test_operation_server.py": ("sandbox_sdk._session",),  # when a client stops launching
+    "tests/test_round_trips.py": ("sandbox_sdk._session",),  # its fixture waits out the server's launch
     "tests/test_grep_paths.py": ("sandbox_sdk._calls",),  # the shell grep's escaped copy read back
     # records planted as a supervisor writes them
     "tests/providers/local/test_process_records.py": ("sandbox_sdk.remote._runtime",),
