@@ -142,7 +142,7 @@ class NetworkPolicy(BaseModel):
         allowed = []
         for text in found:
             address = ipaddress.ip_address(text)
-            if self.listed(address) or not (self.deny_private and not address.is_global):
+            if self.listed(address) or address.is_global or not self.deny_private:
                 allowed.append(str(address))
         if not allowed:
             raise EgressRefused(

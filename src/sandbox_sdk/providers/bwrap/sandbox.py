@@ -27,7 +27,7 @@ from sandbox_sdk.models import ExecuteResponse
 from sandbox_sdk.mounts import Mount, check_mounts, open_source
 from sandbox_sdk.network import NetworkPolicy
 from sandbox_sdk.provider_kit import command_seconds
-from sandbox_sdk.provider_kit.egress_proxy import EGRESS_PORT, proxy_env
+from sandbox_sdk.provider_kit.egress_proxy import proxy_env
 from sandbox_sdk.provider_kit.host_process import LARGE_COMMAND_BYTES, bash_script
 from sandbox_sdk.provider_kit.host_state import mark_used
 from sandbox_sdk.provider_kit.port_forward import ExposedPorts
@@ -482,7 +482,7 @@ class BwrapSandbox(BaseSandbox):
         #: The jail's resource limits (``limits`` above; the round-trip limits are ``self.limits``).
         self.resources = limits or ResourceLimits()
         self.network = network
-        proxied = proxy_env(EGRESS_PORT) if isinstance(network, NetworkPolicy) else {}
+        proxied = proxy_env() if isinstance(network, NetworkPolicy) else {}
         self.env = {**BASE_ENV, **proxied, **(env or {})}
         self.limits = replace(self.limits, max_output_bytes=max_output_bytes)
         self.state_dir = state_dir
