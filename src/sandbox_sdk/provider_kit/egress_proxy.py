@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 from sandbox_sdk.network import EgressRefused, NetworkPolicy
 from sandbox_sdk.provider_kit.host_process import start_time
+from sandbox_sdk.provider_kit.port_forward import CHUNK, relay
 
 #: The port the proxy listens on in a sandbox (on its own loopback: the
 #: sandbox's network namespace has nothing else), the one programs there are
@@ -45,7 +46,6 @@ MAX_HEAD_BYTES = 64 * 1024
 HEAD_SECONDS = 30.0
 #: How long a connection to an allowed destination may take.
 CONNECT_SECONDS = 30.0
-CHUNK = 64 * 1024
 #: Connections served at once; more are answered 503 at once, so a sandbox
 #: cannot make the host's proxy start threads without end.
 MAX_CONNECTIONS = 256
@@ -195,22 +195,6 @@ def reply(client: socket.socket, status: int, phrase: str, reason: str) -> None:
     body = f"sandbox egress proxy: {reason}\n".encode()
     head = f"HTTP/1.1 {status} {phrase}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     client.sendall(head.encode("latin-1") + body)
-
-
-def relay(first: socket.socket, second: socket.socket) -> None:
-    """Bytes both ways until both sides have ended (a half-close is passed on)."""
-    other = threading.Thread(target=_pump, args=(second, first), daemon=True)
-    other.start()
-    _pump(first, second)
-    other.join()
-
-
-def _pump(source: socket.socket, sink: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while data := source.recv(CHUNK):
-            sink.sendall(data)
-    with contextlib.suppress(OSError):
-        sink.shutdown(socket.SHUT_WR)
 
 
 def proxy_env(port: int = EGRESS_PORT) -> dict[str, str]:

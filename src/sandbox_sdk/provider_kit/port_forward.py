@@ -79,10 +79,7 @@ class PortForwarder:
             return
         if not self._track(client, upstream):
             return
-        back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
-        back.start()
-        _pump(client, upstream)
-        back.join()
+        relay(client, upstream)
         with self._lock:
             self._open.difference_update((client, upstream))
         client.close()
@@ -96,6 +93,14 @@ class PortForwarder:
                 return False
             self._open.update(sockets)
             return True
+
+
+def relay(first: socket.socket, second: socket.socket) -> None:
+    """Bytes both ways until both sides have ended (a half-close is passed on)."""
+    back = threading.Thread(target=_pump, args=(second, first), daemon=True)
+    back.start()
+    _pump(first, second)
+    back.join()
 
 
 def _pump(source: socket.socket, sink: socket.socket) -> None:
