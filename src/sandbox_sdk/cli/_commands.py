@@ -35,6 +35,7 @@ from sandbox_sdk import (
 from sandbox_sdk.cli._copy import copy
 from sandbox_sdk.cli._shell import run_shell
 from sandbox_sdk.cli._terminal import (
+    Signalled,
     exec_with_stdin,
     hangup_interrupts,
     interrupted_status,
@@ -270,7 +271,10 @@ def shell(ctx: click.Context, provider: str, lines: bool, sandbox_id: str) -> No
         sandbox = sandboxes.get(sandbox_id)
         if not lines and sys.stdin.isatty() and sys.stdout.isatty():
             ctx.exit(terminal_shell(sandbox))
-        ctx.exit(run_shell(sandbox))
+        try:
+            ctx.exit(run_shell(sandbox))
+        except Signalled as hangup:  # the line's command was killed before this, as by Ctrl-C
+            ctx.exit(interrupted_status(hangup))
 
 
 @cli.command()
