@@ -170,29 +170,6 @@ def test_closing_the_terminal_kills_the_remote_command(
         time.sleep(0.2)
 
 
-def test_a_hangup_in_the_line_shell_kills_the_line_and_exits_129(sbx: Sbx, sandbox: str) -> None:
-    """``sbx shell --lines`` sent SIGHUP while a line runs: the line's command
-    is killed in the sandbox and ``sbx`` exits 129 (not "Aborted!")."""
-    process = subprocess.Popen(
-        [SBX, "shell", "--lines", sandbox],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=sbx.environment(),
-    )
-    assert process.stdin is not None
-    process.stdin.write("echo $$ > line.pid; sleep 600\n")
-    process.stdin.flush()
-    deadline = time.monotonic() + SCREEN_SECONDS
-    while sbx("exec", sandbox, RUNS.format("line.pid"), check=False).returncode != 0:
-        assert time.monotonic() < deadline, "the line never started"
-        time.sleep(0.2)
-    process.send_signal(signal.SIGHUP)
-    assert process.wait(timeout=SCREEN_SECONDS) == 128 + signal.SIGHUP, process.communicate()[1]
-    assert sbx("exec", sandbox, RUNS.format("line.pid"), check=False).returncode != 0
-
-
 def test_exec_forwards_stdin(sbx: Sbx, sandbox: str, tmp_path: Path) -> None:
     assert sbx("exec", sandbox, "cat", stdin="hi\n").stdout == "hi\n"
     assert sbx("exec", sandbox, "wc -c", stdin="").stdout.strip() == "0"  # an end of file at once
